@@ -1,0 +1,274 @@
+"""Stage 3a: time vLLM's fused_marlin_moe as one EP rank sees it, base vs candidate, on one GPU.
+
+Per case (model shape x EP size x tokens per rank): the rank holds ``E = G / ep`` experts and
+sees ``tokens_per_rank * ep`` DP-padded rows; ``ep = 1`` is the non-EP caller
+(``global_num_experts == -1``). Both builds are first checked to give the same output
+(bit-identical for ep = 1); a case whose outputs differ is an error, never a timing.
+
+Timing: a CUDA graph of ``calls`` consecutive calls over rotating input sets (so the L2
+cache does not flatter), replayed and timed with CUDA events, after warm-up (the first
+Marlin call JIT-compiles PTX). Base and candidate alternate round by round (A B, B A, ...);
+every ``block_size_m`` in {8, 16, 32, 48, 64} is timed too, for each heuristic's regret.
+Raw samples (microseconds per call) go into a versioned results file with provenance.
+
+Usage: ``python -m ci.bench --manifest M [--suite default|quick] [--repeats 50] --out FILE``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fnmatch
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ci import gpu, provenance
+from ci.build import load_trees
+from ci.cli import run_main
+from ci.errors import DataError, NoGPUError, UsageError
+from ci.results import BenchResults, CaseResult
+from ci.spec import BLOCK_SIZES_M, NON_EP
+
+DEFAULT_REPEATS = 50  # per build: with paired rounds, detects a true 3.5% slowdown >= 95% (README)
+BLOCK_SIZE_REPEATS = 10  # per forced block size (regret only, not gated)
+CALLS_PER_GRAPH = 10
+ROTATING_INPUTS = 4
+WARMUP_REPLAYS = 3
+EP_EQUAL_BOUND = 1e-2  # rel L2 between base and candidate under EP (tiling may differ); ep = 1 must be exact
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    shape_name: str
+    hidden: int
+    intermediate: int
+    experts: int
+    topk: int
+    ep: int
+    tokens_per_rank: int
+    dtype: str = "bf16"
+    quant: str = "gptq-int4-g128"
+
+    @property
+    def id(self) -> str:
+        return f"{self.shape_name}/ep{self.ep}/tpr{self.tokens_per_rank}/{self.quant}/{self.dtype}"
+
+    @property
+    def rows(self) -> int:
+        return self.tokens_per_rank * self.ep
+
+    @property
+    def global_num_experts(self) -> int:
+        return NON_EP if self.ep == 1 else self.experts
+
+
+# Real model shapes, full size (the weights are random bits: no quantization cost).
+MODEL_SHAPES = {
+    "deepseek-v3": (7168, 2048, 256, 8),
+    "qwen3-30b-a3b": (2048, 768, 128, 8),
+    "mixtral-8x7b": (4096, 14336, 8, 2),
+    "gpt-oss-120b": (2944, 2944, 128, 4),  # 2880 padded to a multiple of 128, as Marlin needs
+}
+SUITES = {
+    "default": {"shapes": tuple(MODEL_SHAPES), "ep": (1, 2, 4, 8), "tokens": (1, 4, 8, 16, 32, 64, 128)},
+    "quick": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "ep": (1, 8), "tokens": (8, 64)},
+}
+
+
+def suite_cases(suite: str, pattern: str | None = None) -> list[BenchCase]:
+    if suite not in SUITES:
+        raise UsageError(f"--suite {suite!r}: unknown; choose one of {sorted(SUITES)}")
+    spec = SUITES[suite]
+    cases = [
+        BenchCase(name, *MODEL_SHAPES[name], ep=ep, tokens_per_rank=t)
+        for name in spec["shapes"]
+        for ep in spec["ep"]
+        for t in spec["tokens"]
+    ]
+    if pattern:
+        cases = [c for c in cases if fnmatch.fnmatch(c.id, pattern)]
+        if not cases:
+            raise UsageError(f"--cases {pattern!r} matches no case of suite {suite!r}")
+    return cases
+
+
+class CaseRunner:
+    """Builds the inputs of one case and times graphs of calls on them."""
+
+    def __init__(self, case: BenchCase, experts) -> None:
+        import torch
+
+        from ci import moe_case as mc
+
+        self.torch, self.mc, self.case = torch, mc, case
+        shape = mc.Shape(case.shape_name, case.hidden, case.intermediate, case.experts, case.topk)
+        self.view = mc.rank_view(case.experts, case.ep, 0)
+        self.experts = experts
+        self.inputs = [mc.route(case.rows, shape, torch.bfloat16, seed=100 + i) for i in range(ROTATING_INPUTS)]
+
+    def call(self, module, routing):
+        return self.mc.call_moe(
+            module, self.experts, routing, global_num_experts=self.case.global_num_experts,
+            expert_map=self.view.expert_map,
+        )  # fmt: skip
+
+    def capture(self, module, forced_bm: int | None = None):
+        torch, mc = self.torch, self.mc
+        ctx = mc.forced_block_size(module, forced_bm) if forced_bm else contextlib.nullcontext()
+        with ctx:
+            for r in self.inputs:  # warm-up outside the graph (JIT, workspace allocation)
+                self.call(module, r)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for i in range(CALLS_PER_GRAPH):
+                    self.call(module, self.inputs[i % ROTATING_INPUTS])
+        for _ in range(WARMUP_REPLAYS):
+            graph.replay()
+        torch.cuda.synchronize()
+        return graph
+
+    def time_us(self, graph) -> float:
+        torch = self.torch
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1000.0 / CALLS_PER_GRAPH
+
+
+def check_outputs_agree(runner: CaseRunner, base, cand) -> dict:
+    """The correctness gate before timing: same numbers from both builds (bit-identical when ep = 1)."""
+    torch = runner.torch
+    r = runner.inputs[0]
+    a, b = runner.call(base, r), runner.call(cand, r)
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        raise DataError(f"{runner.case.id}: NaN/Inf in the output; refusing to time wrong results")
+    diff = float((a.double() - b.double()).norm() / a.double().norm().clamp_min(1e-30))
+    identical = bool(torch.equal(a, b))
+    if runner.case.ep == 1 and not identical:
+        raise DataError(f"{runner.case.id}: global_num_experts == -1 but candidate output != base output")
+    if diff > EP_EQUAL_BOUND:
+        raise DataError(f"{runner.case.id}: candidate differs from base (rel L2 {diff:.2e}); refusing to time")
+    return {"identical": identical, "rel_l2": diff}
+
+
+def picked_block_size(runner: CaseRunner, module) -> int:
+    with runner.mc.recorded_block_size(module) as seen:
+        runner.call(module, runner.inputs[0])
+    return seen[0]
+
+
+def run_case(runner: CaseRunner, variants, repeats: int) -> CaseResult:
+    base, cand = variants
+    correctness = check_outputs_agree(runner, base.marlin_moe, cand.marlin_moe)
+    picks = {v.name: picked_block_size(runner, v.marlin_moe) for v in variants}
+    graphs = {v.name: runner.capture(v.marlin_moe) for v in variants}
+    samples: dict[str, list[float]] = {"base": [], "candidate": []}
+    for r in range(repeats):
+        order = ("base", "candidate") if r % 2 == 0 else ("candidate", "base")
+        for name in order:
+            samples[name].append(runner.time_us(graphs[name]))
+    del graphs
+    per_bm: dict[str, list[float]] = {}
+    bm_graphs = {bm: runner.capture(base.marlin_moe, forced_bm=bm) for bm in BLOCK_SIZES_M}
+    for _ in range(BLOCK_SIZE_REPEATS):
+        for bm, g in bm_graphs.items():
+            per_bm.setdefault(str(bm), []).append(runner.time_us(g))
+    del bm_graphs
+    c = runner.case
+    return CaseResult(
+        id=c.id,
+        unit="us/call",
+        samples=samples,
+        info={
+            "shape": c.shape_name,
+            "hidden": c.hidden,
+            "intermediate": c.intermediate,
+            "global_experts": c.experts,
+            "local_experts": int(runner.view.local_ids.numel()),
+            "topk": c.topk,
+            "ep": c.ep,
+            "tokens_per_rank": c.tokens_per_rank,
+            "rows": c.rows,
+            "global_num_experts_arg": c.global_num_experts,
+            "quant": c.quant,
+            "dtype": c.dtype,
+            "block_size_m": picks,
+        },
+        extra={"block_sizes_us": per_bm, "correctness": correctness},
+    )
+
+
+def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str) -> BenchResults:
+    import torch
+
+    from ci import moe_case as mc
+    from ci.variants import load_variants, put_base_first
+
+    put_base_first(trees)
+    variants = load_variants(trees)
+    started, results, weights_key, experts = time.time(), [], None, None
+    for i, case in enumerate(cases, 1):
+        key = (case.shape_name, case.ep)
+        if key != weights_key:
+            experts, weights_key = None, key
+            torch.cuda.empty_cache()
+            shape = mc.Shape(case.shape_name, case.hidden, case.intermediate, case.experts, case.topk)
+            local = mc.rank_view(case.experts, case.ep, 0).local_ids.numel()
+            experts = mc.random_packed_experts(shape, torch.bfloat16, local_experts=local, seed=7)
+        result = run_case(CaseRunner(case, experts), variants, repeats)
+        results.append(result)
+        med = {k: sorted(v)[len(v) // 2] for k, v in result.samples.items()}
+        bm = result.info["block_size_m"]
+        print(
+            f"bench [{i}/{len(cases)}] {case.id}: base {med['base']:.1f} us, candidate {med['candidate']:.1f} us "
+            f"(block_size_m {bm['base']} -> {bm['candidate']}), {time.time() - started:.0f} s",
+            flush=True,
+        )
+    return BenchResults(
+        kind="kernel-bench",
+        suite=suite,
+        provenance=provenance.collect(trees, with_cuda=True),
+        settings={
+            "repeats": repeats,
+            "block_size_repeats": BLOCK_SIZE_REPEATS,
+            "calls_per_graph": CALLS_PER_GRAPH,
+            "rotating_inputs": ROTATING_INPUTS,
+            "warmup_replays": WARMUP_REPLAYS,
+            "timer": "CUDA events around a CUDA-graph replay",
+            "wall_time_s": round(time.time() - started, 1),
+        },
+        cases=results,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ci.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--manifest", type=Path, required=True, help="manifest.json of the trees (ci.build)")
+    parser.add_argument("--suite", default="default", help=f"one of {sorted(SUITES)} (default %(default)s)")
+    parser.add_argument("--cases", help="only case ids matching this glob, e.g. 'deepseek-v3/ep8/*'")
+    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="rounds per build (%(default)s)")
+    parser.add_argument("--out", type=Path, required=True, help="results file to write")
+    parser.add_argument("--allow-busy", action="store_true", help="time even if another process uses the GPU")
+    args = parser.parse_args(argv)
+    if args.repeats < 6:
+        raise UsageError(f"--repeats {args.repeats}: at least 6 are needed for a 95% interval (default 50)")
+    cases = suite_cases(args.suite, args.cases)
+    trees = load_trees(args.manifest)
+    gpus = gpu.require_gpus()
+    busy = gpu.busy_gpus(gpus[:1])
+    if busy and not args.allow_busy:
+        raise NoGPUError(f"the GPU is busy: {busy[0]}; wait for it, or pass --allow-busy (timings will be noisy)")
+    results = run_suite(trees, cases, args.repeats, args.suite)
+    results.save(args.out)
+    print(f"bench: {len(results.cases)} cases written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,385 @@
+"""Stage 1: the vLLM under test, as two trees (base and candidate) and a manifest.
+
+Where vLLM comes from (``--vllm``): a release from the package index (the default,
+0.25.1: its wheel is downloaded once into the cache and unpacked), or ``installed`` (the
+vLLM importable in this interpreter: offline GPU hosts). ``--vllm-src PATH`` overlays the
+Python files of a local vLLM checkout on that release; a change to CUDA sources needs a
+full build and is out of scope for that mode.
+
+A tree holds a copy of vLLM's Python files and links to everything else (the compiled
+kernels are reused from the release), so it costs seconds and little disk. The candidate
+is the base with the patch applied strictly (``git apply``: all hunks or nothing);
+``--reverse`` instead builds the base by removing the patch from a release that already
+contains it (e.g. 0.26.0), so the same A/B works on newer releases.
+
+Usage::
+
+    python -m ci.build [--vllm 0.25.1|installed] [--vllm-src PATH] [--patch FILE] [--reverse]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata
+import importlib.util
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ci import patching
+from ci.cli import run_main
+from ci.errors import DataError, MissingDependencyError, UsageError
+from ci.jsonio import read_json, write_json
+
+DEFAULT_VLLM = "0.25.1"
+PATCHES_DIR = Path(__file__).resolve().parent / "patches"
+DEFAULT_PATCH = PATCHES_DIR / "marlin-ep-m-estimate.patch"
+GATE_DIR = Path(".gate")
+MANIFEST_KIND = "vllm-trees"
+MANIFEST_VERSION = 1
+_VERSION_RE = re.compile(r"^\d+\.\d+\.\d+([.+\-\w]*)$")
+_VERSION_FILE_RE = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Release:
+    """A vLLM release on disk: ``root/vllm`` is its package."""
+
+    version: str
+    root: Path
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileChange:
+    path: str
+    sha256_before: str | None
+    sha256_after: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TreeManifest:
+    """What was built: read by the test, bench and TPOT stages (paths relative to the manifest)."""
+
+    vllm_version: str
+    vllm_source: str
+    patch_path: str
+    patch_sha256: str
+    reverse: bool
+    base: str
+    candidate: str
+    changed_files: tuple[FileChange, ...]
+    ignored_patch_paths: tuple[str, ...] = ()
+    overlaid_files: tuple[str, ...] = ()
+    tools: dict[str, str] = field(default_factory=dict)
+    created_at: str = ""
+    command: str = ""
+    kind: str = MANIFEST_KIND
+    schema_version: int = MANIFEST_VERSION
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trees:
+    """A manifest read back, with absolute paths to the two trees."""
+
+    manifest_path: Path
+    manifest: TreeManifest
+    base: Path
+    candidate: Path
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _version_from_tree(pkg: Path) -> str | None:
+    version_file = pkg / "_version.py"
+    if version_file.is_file() and (m := _VERSION_FILE_RE.search(version_file.read_text())):
+        return m[1]
+    return None
+
+
+def locate_installed() -> Release:
+    """The vLLM importable in this interpreter, found without importing it (no torch needed)."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
+        raise MissingDependencyError(
+            f"vLLM is not importable by {sys.executable}: with --vllm installed the gate tests the vLLM "
+            "already installed here. Install one (pip install vllm==0.25.1), put it on PYTHONPATH, "
+            "or pass --vllm 0.25.1 to fetch that release from the package index."
+        )
+    pkg = Path(spec.origin).resolve().parent
+    version = _version_from_tree(pkg)
+    if version is None:
+        try:
+            version = importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+    return Release(version=version, root=pkg.parent, source=f"installed:{pkg}")
+
+
+def _pip_download(version: str, dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    found = sorted(dest.glob(f"vllm-{version}-*.whl"))
+    if found:
+        return found[0]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(dest)]
+    print(f"build: downloading vllm=={version} from the package index (cached in {dest})", flush=True)
+    done = subprocess.run([*cmd, f"vllm=={version}"], capture_output=True, text=True, check=False)
+    found = sorted(dest.glob(f"vllm-{version}-*.whl"))
+    if done.returncode != 0 or not found:
+        raise MissingDependencyError(
+            f"could not download vllm=={version}: {done.stderr.strip()[-400:]}\n"
+            "Check the version exists on the index, or on an offline host use --vllm installed."
+        )
+    return found[0]
+
+
+def fetch_release(version: str, cache: Path) -> Release:
+    """A release from the package index: its wheel, downloaded and unpacked once into ``cache``."""
+    wheel = _pip_download(version, cache / "wheels")
+    root = cache / f"vllm-{version}"
+    marker = root / ".unpacked"
+    if not marker.is_file():
+        shutil.rmtree(root, ignore_errors=True)
+        print(f"build: unpacking {wheel.name}", flush=True)
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extractall(root)
+        for so in root.rglob("*.so"):  # zipfile drops the permission bits
+            so.chmod(0o755)
+        marker.write_text(sha256_file(wheel))
+    return Release(
+        version=version, root=root, source=f"pypi:vllm=={version} ({wheel.name}, sha256 {marker.read_text()})"
+    )
+
+
+def resolve_release(spec: str, cache: Path) -> Release:
+    if spec == "installed":
+        return locate_installed()
+    if _VERSION_RE.match(spec):
+        return fetch_release(spec, cache)
+    raise UsageError(f"--vllm expects a release such as {DEFAULT_VLLM!r} or 'installed', got {spec!r}")
+
+
+def _package_files(root: Path) -> list[Path]:
+    """Files of the vllm package (and its dist-info), relative to ``root``."""
+    pkg = root / "vllm"
+    if not pkg.is_dir():
+        raise DataError(f"{root}: no vllm/ package here")
+    paths = [p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    for info in root.glob("vllm-*.dist-info"):
+        paths.extend(p for p in info.rglob("*") if p.is_file())
+    return sorted(p.relative_to(root) for p in paths)
+
+
+def make_base_tree(release: Release, dest: Path) -> None:
+    """Copy the Python files of ``release`` into ``dest``; link everything else (kernels, data)."""
+    for rel in _package_files(release.root):
+        src, dst = release.root / rel, dest / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if rel.suffix == ".py":
+            shutil.copy2(src, dst)
+        else:
+            dst.symlink_to(src.resolve())
+
+
+def overlay_checkout(checkout: Path, tree: Path) -> list[str]:
+    """Copy the Python files of a vLLM checkout that differ from the tree's; return their paths."""
+    pkg = checkout / "vllm"
+    if not pkg.is_dir():
+        raise UsageError(f"--vllm-src {checkout}: no vllm/ package in it; point it at a vLLM source checkout")
+    print(
+        "build: --vllm-src overlays Python files only; the release's compiled kernels are reused, "
+        "so changes to csrc/ (CUDA/C++) are not tested in this mode: they need a full build.",
+        flush=True,
+    )
+    changed = []
+    for src in sorted(pkg.rglob("*.py")):
+        rel = src.relative_to(checkout)
+        dst = tree / rel
+        if dst.is_file() and dst.read_bytes() == src.read_bytes():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.unlink(missing_ok=True)
+        shutil.copy2(src, dst)
+        changed.append(str(rel))
+    return changed
+
+
+def _materialize(tree: Path, rel_paths: Sequence[str]) -> None:
+    """Replace links by copies for the files a patch touches, so patching never writes into the release."""
+    for rel in rel_paths:
+        p = tree / rel
+        if p.is_symlink():
+            target = p.resolve()
+            p.unlink()
+            shutil.copy2(target, p)
+
+
+def _hash_or_none(path: Path) -> str | None:
+    return sha256_file(path) if path.is_file() else None
+
+
+def _tool_versions() -> dict[str, str]:
+    tools = {"python": platform.python_version()}
+    for dist in ("torch", "pip"):
+        try:
+            tools[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            tools[dist] = "absent"
+    git = shutil.which("git")
+    if git:
+        out = subprocess.run([git, "--version"], capture_output=True, text=True, check=False).stdout
+        tools["git"] = out.strip().removeprefix("git version ")
+    return tools
+
+
+def command_line() -> str:
+    """This process's command line, as a user would type it (for provenance)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    head = f"python -m {spec.name.removesuffix('.__main__')}" if spec is not None else Path(sys.argv[0]).name
+    return " ".join([head, *sys.argv[1:]])
+
+
+def _display_path(path: Path) -> str:
+    """``path`` relative to the working directory when inside it (no machine paths in results)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def tree_slug(version: str, patch: Path, *, reverse: bool, src: bool) -> str:
+    parts = [f"vllm-{version}", "src" if src else "", patch.stem, "reverse" if reverse else ""]
+    return "-".join(p for p in parts if p)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    vllm: str = DEFAULT_VLLM
+    vllm_src: Path | None = None
+    patch: Path = DEFAULT_PATCH
+    reverse: bool = False
+    out: Path | None = None
+    cache: Path = GATE_DIR / "cache"
+
+
+def build_trees(opts: BuildOptions, *, release: Release | None = None) -> Trees:
+    """Build base and candidate trees and write their manifest; return where they are."""
+    if not opts.patch.is_file():
+        raise UsageError(f"--patch {opts.patch}: no such file (the shipped one is {DEFAULT_PATCH})")
+    files = patching.parse_patch(opts.patch.read_text(), source=str(opts.patch))
+    taken, ignored = patching.python_paths(files, source=str(opts.patch))
+    release = release or resolve_release(opts.vllm, opts.cache)
+    slug = tree_slug(release.version, opts.patch, reverse=opts.reverse, src=opts.vllm_src is not None)
+    out = (opts.out or GATE_DIR / "trees" / slug).resolve()
+    shutil.rmtree(out, ignore_errors=True)
+    release_tree, patched_tree = out / "release", out / "patched"
+    make_base_tree(release, release_tree)
+    overlaid = overlay_checkout(opts.vllm_src, release_tree) if opts.vllm_src else []
+    shutil.copytree(release_tree, patched_tree, symlinks=True)
+    _materialize(patched_tree, taken)
+    where = f"vLLM {release.version} ({release.source})"
+    try:
+        patching.apply_patch(opts.patch, patched_tree, reverse=opts.reverse, include=["vllm/*"], where=where)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    # Forward: base = release, candidate = patched. Reverse: the release holds the patch already.
+    base, candidate = (patched_tree, release_tree) if opts.reverse else (release_tree, patched_tree)
+    base = base.rename(out / "base")
+    candidate = candidate.rename(out / "candidate")
+    changes = tuple(
+        FileChange(path=p, sha256_before=_hash_or_none(base / p), sha256_after=_hash_or_none(candidate / p))
+        for p in taken
+    )
+    manifest = TreeManifest(
+        vllm_version=release.version,
+        vllm_source=release.source + (f" + Python overlay of {opts.vllm_src}" if opts.vllm_src else ""),
+        patch_path=_display_path(opts.patch),
+        patch_sha256=sha256_file(opts.patch),
+        reverse=opts.reverse,
+        base="base",
+        candidate="candidate",
+        changed_files=changes,
+        ignored_patch_paths=tuple(ignored),
+        overlaid_files=tuple(overlaid),
+        tools=_tool_versions(),
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        command=command_line(),
+    )
+    manifest_path = out / "manifest.json"
+    write_json(manifest_path, manifest.to_json())
+    return Trees(manifest_path=manifest_path, manifest=manifest, base=base, candidate=candidate)
+
+
+def load_trees(manifest_path: Path) -> Trees:
+    """Read a manifest written by :func:`build_trees`; check the trees are still there."""
+    payload = read_json(manifest_path, kind=MANIFEST_KIND, versions=(MANIFEST_VERSION,))
+    payload = {k: v for k, v in payload.items() if k not in ("kind", "schema_version")}
+    try:
+        payload["changed_files"] = tuple(FileChange(**c) for c in payload["changed_files"])
+        for key in ("ignored_patch_paths", "overlaid_files"):
+            payload[key] = tuple(payload.get(key, ()))
+        manifest = TreeManifest(**payload)
+    except (KeyError, TypeError) as exc:
+        raise DataError(f"{manifest_path}: malformed tree manifest ({exc}); rebuild with `nox -s build`") from exc
+    root = manifest_path.resolve().parent
+    trees = Trees(
+        manifest_path=manifest_path, manifest=manifest, base=root / manifest.base, candidate=root / manifest.candidate
+    )
+    for tree in (trees.base, trees.candidate):
+        if not (tree / "vllm" / "__init__.py").is_file():
+            raise DataError(f"{manifest_path}: tree {tree} is missing or incomplete; rebuild with `nox -s build`")
+    return trees
+
+
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that choose the vLLM under test, shared by every stage that builds trees."""
+    parser.add_argument("--vllm", default=DEFAULT_VLLM, help="a release (default %(default)s) or 'installed'")
+    parser.add_argument("--vllm-src", type=Path, help="a vLLM checkout whose Python files overlay the release")
+    parser.add_argument("--patch", type=Path, default=DEFAULT_PATCH, help="the patch under test")
+    parser.add_argument("--reverse", action="store_true", help="the release contains the patch: remove it for base")
+
+
+def options_from(args: argparse.Namespace, **extra: object) -> BuildOptions:
+    return BuildOptions(
+        vllm=args.vllm,
+        vllm_src=args.vllm_src,
+        patch=args.patch,
+        reverse=args.reverse,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ci.build", description=__doc__.split("\n\n")[0])
+    add_source_arguments(parser)
+    parser.add_argument("--out", type=Path, help="where to put the trees (default .gate/trees/<slug>)")
+    parser.add_argument("--cache", type=Path, default=GATE_DIR / "cache", help="wheel cache (default %(default)s)")
+    args = parser.parse_args(argv)
+    trees = build_trees(options_from(args, out=args.out, cache=args.cache))
+    m = trees.manifest
+    print(f"build: vLLM {m.vllm_version} from {m.vllm_source}")
+    for c in m.changed_files:
+        print(f"build: {c.path}: {str(c.sha256_before)[:12]} -> {str(c.sha256_after)[:12]}")
+    print(f"build: base      {trees.base}")
+    print(f"build: candidate {trees.candidate}")
+    print(f"build: manifest  {trees.manifest_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,203 @@
+"""Stage 4: the gate. Candidate vs base from one run (A/B), or a run vs its stored baseline.
+
+Per case the statistics of :mod:`ci.stats` give a ratio with a confidence interval and a
+verdict (PASS / FAIL / INCONCLUSIVE / NO_BASELINE); the overall verdict is the worst. The
+report (Markdown on stdout and in ``$GITHUB_STEP_SUMMARY``, JSON, PNG) comes from
+:mod:`ci.report`. Exit code: PASS 0, FAIL 1, INCONCLUSIVE 3, NO_BASELINE 4.
+
+Usage: ``python -m ci.compare --results FILE [--mode ab|baseline] [--threshold 0.03] [--confidence 0.95]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ci import baselines, report, stats
+from ci.cli import run_main
+from ci.errors import ExitCode, NoBaselineError, UsageError
+from ci.jsonio import write_json
+from ci.results import BenchResults, CaseResult, load_results
+
+VERDICT_KIND = "gate-verdict"
+VERDICT_VERSION = 1
+NOISY_IQR_FRACTION = 0.05  # IQR over 5% of the median: the machine was noisy
+EXIT_CODES = {
+    stats.Verdict.PASS: ExitCode.OK,
+    stats.Verdict.FAIL: ExitCode.FAILED,
+    stats.Verdict.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
+    stats.Verdict.NO_BASELINE: ExitCode.NO_BASELINE,
+}
+
+
+@dataclass(kw_only=True)
+class CaseVerdict:
+    id: str
+    unit: str
+    reference_median: float | None
+    measured_median: float
+    verdict: stats.Verdict
+    effect: stats.Effect | None = None
+    block_size_m: dict | None = None
+    regret: dict | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class GateReport:
+    mode: str
+    reference: str  # what the measurement is compared with
+    threshold: float
+    confidence: float
+    overall: stats.Verdict
+    cases: list[CaseVerdict]
+    suite: str
+    kind: str
+    provenance: dict
+
+    def to_json(self) -> dict:
+        payload = asdict(self)
+        payload.update(kind=VERDICT_KIND, schema_version=VERDICT_VERSION, results_kind=self.kind)
+        return payload
+
+
+def regret(case: CaseResult) -> dict | None:
+    """How much slower each heuristic's pick is than the best block size (from the sweep)."""
+    per_bm = case.extra.get("block_sizes_us")
+    picks = case.info.get("block_size_m")
+    if not per_bm or not picks:
+        return None
+    medians = {int(bm): stats.median(xs) for bm, xs in per_bm.items()}
+    best = min(medians, key=medians.get)
+    out = {"best_block_size_m": best}
+    for side, bm in picks.items():
+        out[side] = medians[bm] / medians[best] - 1 if bm in medians else None
+    return out
+
+
+def _notes(*samples: Sequence[float]) -> list[str]:
+    notes = []
+    for xs in samples:
+        m = stats.median(xs)
+        if m > 0 and stats.iqr(xs) / m > NOISY_IQR_FRACTION:
+            notes.append(f"IQR is {stats.iqr(xs) / m:.0%} of the median: the machine was noisy")
+    return notes
+
+
+def _judge(case: CaseResult, ref: list[float], got: list[float], effect: stats.Effect, threshold: float):
+    return CaseVerdict(
+        id=case.id,
+        unit=case.unit,
+        reference_median=stats.median(ref),
+        measured_median=stats.median(got),
+        verdict=stats.decide(effect, threshold),
+        effect=effect,
+        block_size_m=case.info.get("block_size_m"),
+        regret=regret(case),
+        notes=_notes(ref, got),
+    )
+
+
+def compare_ab(results: BenchResults, threshold: float, confidence: float) -> GateReport:
+    """Candidate vs base of the same run, paired round by round."""
+    verdicts = []
+    for case in results.cases:
+        if not {"base", "candidate"} <= set(case.samples):
+            raise UsageError(f"case {case.id}: A/B needs samples of both 'base' and 'candidate'")
+        base, cand = case.samples["base"], case.samples["candidate"]
+        verdicts.append(_judge(case, base, cand, stats.paired_effect(base, cand, confidence), threshold))
+    return _report("ab", "base build of the same run", results, verdicts, threshold, confidence)
+
+
+def compare_baseline(
+    results: BenchResults, baseline: BenchResults, side: str, threshold: float, confidence: float, where: str
+) -> GateReport:
+    """This run's ``side`` build vs the same build in the stored baseline (unpaired)."""
+    verdicts = []
+    for case in results.cases:
+        if side not in case.samples:
+            raise UsageError(f"case {case.id}: no samples of build {side!r}")
+        stored = baseline.case(case.id)
+        if stored is None or side not in stored.samples:
+            verdicts.append(
+                CaseVerdict(
+                    id=case.id,
+                    unit=case.unit,
+                    reference_median=None,
+                    measured_median=stats.median(case.samples[side]),
+                    verdict=stats.Verdict.NO_BASELINE,
+                    notes=["not in the baseline: re-record it to include this case"],
+                )
+            )
+            continue
+        ref, got = stored.samples[side], case.samples[side]
+        verdicts.append(_judge(case, ref, got, stats.unpaired_effect(ref, got, confidence), threshold))
+    return _report("baseline", f"{side} build in {where}", results, verdicts, threshold, confidence)
+
+
+def _report(mode, reference, results, verdicts, threshold, confidence) -> GateReport:
+    return GateReport(
+        mode=mode,
+        reference=reference,
+        threshold=threshold,
+        confidence=confidence,
+        overall=stats.overall([v.verdict for v in verdicts]),
+        cases=verdicts,
+        suite=results.suite,
+        kind=results.kind,
+        provenance=results.provenance,
+    )
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"malformed fraction {text!r}") from exc
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must lie strictly between 0 and 1 (3% is 0.03)")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ci.compare", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, required=True, help="results file of ci.bench or ci.tpot")
+    parser.add_argument("--mode", choices=("ab", "baseline"), default="ab")
+    parser.add_argument("--baseline-dir", type=Path, default=baselines.DEFAULT_DIR)
+    parser.add_argument(
+        "--side", choices=("base", "candidate"), default="candidate", help="build compared in baseline mode"
+    )
+    parser.add_argument(
+        "--threshold", type=_fraction, default=stats.DEFAULT_THRESHOLD, help="slowdown that fails (0.03)"
+    )
+    parser.add_argument("--confidence", type=_fraction, default=stats.DEFAULT_CONFIDENCE, help="of the interval (0.95)")
+    parser.add_argument("--out-dir", type=Path, help="where to write verdict.json, report.md and plot.png")
+    args = parser.parse_args(argv)
+    results = load_results(args.results)
+    if args.mode == "ab":
+        gate = compare_ab(results, args.threshold, args.confidence)
+    else:
+        try:
+            stored = baselines.load_baseline(results, args.baseline_dir, results_path=str(args.results))
+        except NoBaselineError as exc:
+            print(f"NO_BASELINE: {exc}")
+            report.to_step_summary(f"### EP-Marlin gate: NO_BASELINE\n\n{exc}\n")
+            return int(ExitCode.NO_BASELINE)
+        where = str(baselines.baseline_path(results, args.baseline_dir))
+        gate = compare_baseline(results, stored, args.side, args.threshold, args.confidence, where)
+    out_dir = args.out_dir or args.results.parent / f"{args.results.stem}-{args.mode}"
+    markdown = report.markdown(gate)
+    print(markdown)
+    report.to_step_summary(markdown)
+    write_json(out_dir / "verdict.json", gate.to_json())
+    (out_dir / "report.md").write_text(markdown)
+    plot = report.plot(gate, results, out_dir / "plot.png")
+    print(f"gate: {gate.overall.value}; wrote {out_dir / 'verdict.json'}, report.md" + (", plot.png" if plot else ""))
+    return int(EXIT_CODES[gate.overall])
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

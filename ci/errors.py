@@ -1,0 +1,56 @@
+"""One user-error hierarchy with a distinct exit code per kind.
+
+The CLIs catch :class:`GateError` and print its message (what happened, the likely
+cause, what to run next) instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    FAILED = 1  # tests failed, or the gate's verdict is FAIL
+    USAGE = 2  # bad arguments or options
+    INCONCLUSIVE = 3  # the gate could not decide: re-run with more repeats
+    NO_BASELINE = 4  # no stored baseline matches this run
+    PATCH = 5  # the patch does not apply
+    NO_GPU = 6  # a GPU is needed and none is usable
+    DATA = 7  # a results or baseline file is missing, corrupt or of an unknown schema
+    SERVER = 8  # vllm serve / vllm bench serve failed
+    ENVIRONMENT = 9  # vLLM or a tool is missing
+
+
+class GateError(Exception):
+    """Base class: a problem the user can fix; the message says how."""
+
+    exit_code: ExitCode = ExitCode.USAGE
+
+
+class UsageError(GateError):
+    exit_code = ExitCode.USAGE
+
+
+class PatchError(GateError):
+    exit_code = ExitCode.PATCH
+
+
+class NoGPUError(GateError):
+    exit_code = ExitCode.NO_GPU
+
+
+class DataError(GateError):
+    exit_code = ExitCode.DATA
+
+
+class NoBaselineError(GateError):
+    exit_code = ExitCode.NO_BASELINE
+
+
+class ServerError(GateError):
+    exit_code = ExitCode.SERVER
+
+
+class MissingDependencyError(GateError):
+    exit_code = ExitCode.ENVIRONMENT

@@ -1,0 +1,160 @@
+"""Stage 5: reports people read. A Markdown table (fit for ``$GITHUB_STEP_SUMMARY``) and a PNG.
+
+Kept apart from the statistics (``ci.stats``) and the lookup (``ci.compare``), so each can
+be tested on committed example results without a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from ci.stats import Verdict
+
+MARKS = {
+    Verdict.PASS: "PASS",
+    Verdict.FAIL: "**FAIL**",
+    Verdict.INCONCLUSIVE: "~INCONCLUSIVE",
+    Verdict.NO_BASELINE: "NO_BASELINE",
+}
+
+
+def _num(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+
+
+def _ratio(gate_case) -> tuple[str, str]:
+    e = gate_case.effect
+    if e is None:
+        return "-", "-"
+    hi = "inf" if not math.isfinite(e.ci_high) else f"{e.ci_high:.3f}"
+    return f"{e.ratio:.3f}", f"[{e.ci_low:.3f}, {hi}]"
+
+
+def _picks(c) -> str:
+    bm = c.block_size_m or {}
+    if not bm:
+        return "-"
+    return f"{bm.get('base', '?')} -> {bm.get('candidate', '?')}" if len(bm) > 1 else str(next(iter(bm.values())))
+
+
+def _regret(c) -> str:
+    r = c.regret
+    if not r:
+        return "-"
+    parts = [f"{side} {r[side]:+.0%}" for side in ("base", "candidate") if r.get(side) is not None]
+    return f"best {r['best_block_size_m']}: " + ", ".join(parts)
+
+
+def markdown(gate) -> str:
+    """The verdict table: one row a case, then the method and units."""
+    pct = f"{gate.threshold:.0%}"
+    lines = [
+        f"### EP-Marlin gate ({gate.kind}, suite `{gate.suite}`): {gate.overall.value}",
+        "",
+        f"Compared with the {gate.reference}; FAIL when the whole {gate.confidence:.0%} interval of the ratio "
+        f"lies above 1 + {pct}, INCONCLUSIVE when it straddles it.",
+        "",
+        "| case | reference | measured | ratio | CI | verdict | block_size_m | regret vs best block size |",
+        "|---|---:|---:|---:|---|---|---|---|",
+    ]
+    for c in gate.cases:
+        ratio, ci = _ratio(c)
+        row = [
+            c.id,
+            _num(c.reference_median),
+            _num(c.measured_median),
+            ratio,
+            ci,
+            MARKS[c.verdict],
+            _picks(c),
+            _regret(c),
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    counts = {v: sum(c.verdict == v for c in gate.cases) for v in Verdict}
+    unit = gate.cases[0].unit if gate.cases else ""
+    method = gate.cases[0].effect.method if gate.cases and gate.cases[0].effect else ""
+    widths = [c.effect.ci_high - c.effect.ci_low for c in gate.cases if c.effect and math.isfinite(c.effect.ci_high)]
+    lines += [
+        "",
+        "Counts: " + ", ".join(f"{v.value} {n}" for v, n in counts.items() if n),
+        f"Units: medians in {unit}; ratio = measured / reference (< 1 is faster); method: {method}.",
+    ]
+    if widths:
+        lines.append(
+            f"Resolution: median CI width {sorted(widths)[len(widths) // 2]:.2%} of the reference "
+            f"(a change much smaller than that cannot be told from noise)."
+        )
+    notes = [f"- {c.id}: {n}" for c in gate.cases for n in c.notes]
+    if notes:
+        lines += ["", "Notes:", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def to_step_summary(text: str) -> None:
+    """Append to the GitHub Actions job summary when running there."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(text + "\n")
+
+
+def plot(gate, results, path: Path) -> Path | None:
+    """Ratio with CI per case, and time per block size per case (when the sweep exists)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    cases = [c for c in gate.cases if c.effect is not None]
+    sweeps = [c for c in results.cases if c.extra.get("block_sizes_us")]
+    ncols = 2 if sweeps else 1
+    height = max(3.0, 0.22 * max(len(cases), 1) + 1.5)
+    fig, axes = plt.subplots(1, ncols, figsize=(7 * ncols, height), squeeze=False)
+    ax = axes[0][0]
+    y = list(range(len(cases)))
+    ratios = [c.effect.ratio for c in cases]
+    lo = [c.effect.ratio - c.effect.ci_low for c in cases]
+    hi = [min(c.effect.ci_high, 10) - c.effect.ratio for c in cases]
+    colors = [
+        "tab:red" if c.verdict == Verdict.FAIL else "tab:orange" if c.verdict == Verdict.INCONCLUSIVE else "tab:blue"
+        for c in cases
+    ]
+    ax.errorbar(ratios, y, xerr=[lo, hi], fmt="none", ecolor=colors)
+    ax.scatter(ratios, y, c=colors, s=12)
+    ax.axvline(1.0, color="grey", lw=0.8)
+    ax.axvline(1 + gate.threshold, color="tab:red", lw=0.8, ls="--", label=f"1 + {gate.threshold:.0%}")
+    ax.set_yticks(y, [c.id for c in cases], fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"ratio measured / reference, {gate.confidence:.0%} CI")
+    ax.legend(fontsize=7)
+    if sweeps:
+        _plot_sweeps(axes[0][1], sweeps)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _plot_sweeps(ax, sweeps) -> None:
+    from ci.spec import BLOCK_SIZES_M
+
+    grid = []
+    for c in sweeps:
+        med = {int(k): sorted(v)[len(v) // 2] for k, v in c.extra["block_sizes_us"].items()}
+        best = min(med.values())
+        grid.append([med.get(bm, math.nan) / best for bm in BLOCK_SIZES_M])
+    im = ax.imshow(grid, aspect="auto", cmap="viridis_r", vmin=1.0, vmax=2.0)
+    ax.set_xticks(range(len(BLOCK_SIZES_M)), [str(b) for b in BLOCK_SIZES_M])
+    ax.set_yticks(range(len(sweeps)), [c.id for c in sweeps], fontsize=6)
+    for row, c in enumerate(sweeps):
+        for side, marker in (("base", "o"), ("candidate", "x")):
+            bm = c.info.get("block_size_m", {}).get(side)
+            if bm in BLOCK_SIZES_M:
+                ax.scatter(BLOCK_SIZES_M.index(bm), row, marker=marker, c="red", s=14)
+    ax.set_xlabel("block_size_m (time / best; o base pick, x candidate pick)")
+    ax.figure.colorbar(im, ax=ax)

@@ -1,0 +1,159 @@
+"""Sessions of the EP-Marlin gate. `nox -l` lists them; options after `--` choose the vLLM
+under test (`--vllm 0.25.1|installed`, `--vllm-src PATH`, `--patch FILE`, `--reverse`) and
+the rest goes to the tool the session runs. Under `nox --no-venv` nothing is installed: the
+interpreter's own packages are used (offline GPU hosts, with `--vllm installed`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+from ci.gpu import NO_GPU_MESSAGE, query  # noqa: E402  (stdlib-only modules)
+from ci.sessionargs import SessionArgs, parse_session_args  # noqa: E402
+
+nox.options.sessions = ["lint", "tests"]
+OUT = Path(".gate") / "out"
+
+
+def _no_venv(session: nox.Session) -> bool:
+    return session.venv_backend == "none"
+
+
+def _python(session: nox.Session) -> str:
+    return sys.executable if _no_venv(session) else "python"
+
+
+def _install(session: nox.Session, *args: str) -> None:
+    if _no_venv(session):
+        session.log(f"--no-venv: not installing {' '.join(args)}; using this interpreter's packages")
+        return
+    session.install(*args)
+
+
+def _install_vllm_deps(session: nox.Session, args: SessionArgs, *, gpu: bool) -> None:
+    """What importing vLLM needs. vLLM itself comes from the trees that ci.build makes."""
+    if _no_venv(session):
+        return
+    if args.installed:
+        session.error("--vllm installed tests the vLLM of this interpreter: run it as `nox --no-venv -s ...`")
+    if gpu:
+        session.install(f"vllm=={args.vllm}")  # its full dependencies, the CUDA torch it pins included
+        return
+    torch_index = os.environ.get("GATE_TORCH_INDEX_URL")
+    session.install("torch==2.13.0", *(["--index-url", torch_index] if torch_index else []))
+    session.install("-r", "requirements/cpu-tier.txt")
+
+
+def _build(session: nox.Session, args: SessionArgs) -> Path:
+    trees = Path(".gate") / "trees" / session.name
+    session.run(_python(session), "-m", "ci.build", *args.build_argv, "--out", str(trees))
+    return trees / "manifest.json"
+
+
+def _out(session: nox.Session, args: SessionArgs) -> Path:
+    return Path(args.out) if args.out else OUT / session.name
+
+
+def _require_gpu(session: nox.Session) -> int:
+    _, gpus = query()
+    if not gpus:
+        session.error(NO_GPU_MESSAGE)
+    return len(gpus)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Ruff (lint and format) over the gate's code."""
+    _install(session, "-r", "requirements/lint.txt")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """CPU tier and unit tests: vLLM's real Python with spies for its CUDA kernels (any machine)."""
+    args = parse_session_args(session.posargs)
+    _install_vllm_deps(session, args, gpu=False)
+    _install(session, "-r", "requirements/test.txt")
+    manifest = _build(session, args)
+    workers = os.environ.get("GATE_TEST_WORKERS", "auto")
+    session.run(_python(session), "-m", "pytest", "tests", "-n", workers, "--gate-manifest", str(manifest), *args.rest)
+
+
+@nox.session(default=False)
+def build(session: nox.Session) -> None:
+    """Build the base and candidate vLLM trees and print where they are."""
+    args = parse_session_args(session.posargs)
+    if not _no_venv(session) and not args.installed:
+        session.install("pip")
+    _build(session, args)
+
+
+@nox.session(default=False)
+def gpu_tests(session: nox.Session) -> None:
+    """GPU equivalence suite, one pytest-xdist worker per GPU (stops at once without a GPU)."""
+    n_gpus = _require_gpu(session)
+    args = parse_session_args(session.posargs)
+    _install_vllm_deps(session, args, gpu=True)
+    _install(session, "-r", "requirements/test.txt")
+    manifest = _build(session, args)
+    out = _out(session, args)
+    session.run(
+        _python(session),
+        "-m",
+        "pytest",
+        "tests/ep_marlin",
+        "-m",
+        "gpu",
+        "--require-gpu",
+        "-n",
+        str(n_gpus),
+        "--gate-manifest",
+        str(manifest),
+        f"--junitxml={out / 'junit.xml'}",
+        f"--gate-summary={out / 'summary.json'}",
+        *args.rest,
+    )
+
+
+BENCH_RESULTS = OUT / "bench" / "kernel-results.json"
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Kernel benchmark: base vs candidate fused_marlin_moe under simulated EP on one GPU."""
+    _require_gpu(session)
+    args = parse_session_args(session.posargs)
+    _install_vllm_deps(session, args, gpu=True)
+    _install(session, "-r", "requirements/test.txt")
+    manifest = _build(session, args)
+    out = _out(session, args) / "kernel-results.json"
+    session.run(_python(session), "-m", "ci.bench", "--manifest", str(manifest), "--out", str(out), *args.rest)
+
+
+@nox.session(default=False)
+def gate(session: nox.Session) -> None:
+    """Judge benchmark results: A/B (default) or `--mode baseline`; exit 1 FAIL, 3 INCONCLUSIVE, 4 NO_BASELINE."""
+    _install(session, "-r", "requirements/test.txt")
+    rest = list(session.posargs)
+    if "--results" not in rest:
+        rest = ["--results", str(BENCH_RESULTS), *rest]
+    session.run(_python(session), "-m", "ci.compare", *rest)
+
+
+@nox.session(default=False)
+def update_baselines(session: nox.Session) -> None:
+    """Store a results file as the baseline of its GPU and suite (refuses to overwrite without --force)."""
+    rest = list(session.posargs)
+    results = str(BENCH_RESULTS)
+    if "--results" in rest:
+        i = rest.index("--results")
+        results = rest[i + 1]
+        del rest[i : i + 2]
+    session.run(_python(session), "-m", "ci.baselines", "record", results, *rest)

@@ -1,0 +1,114 @@
+"""Test-wide options: which vLLM trees to test, and how GPU tests behave without a GPU."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ci.suite_summary import SuiteSummary
+
+GPU_SKIP_REASON = "needs a CUDA GPU: run `nox -s gpu_tests` on a GPU host"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("ep-marlin gate")
+    group.addoption(
+        "--gate-manifest",
+        default=os.environ.get("GATE_MANIFEST"),
+        help="manifest.json of the vLLM trees under test (written by `python -m ci.build`; nox passes it)",
+    )
+    group.addoption(
+        "--require-gpu",
+        action="store_true",
+        help="fail, instead of skip, GPU tests when no CUDA GPU is usable (nox -s gpu_tests sets it)",
+    )
+    group.addoption("--gate-summary", help="write a JSON summary of this run (with provenance) here")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with a reason on CPU-only runs)")
+    config.addinivalue_line("markers", "trees: needs the vLLM trees of --gate-manifest")
+    manifest = config.getoption("--gate-manifest")
+    if manifest:
+        from ci.build import load_trees
+        from ci.variants import put_base_first
+
+        trees = load_trees(Path(manifest))
+        put_base_first(trees)
+        config.stash[TREES_KEY] = trees
+    if config.getoption("--require-gpu"):
+        from ci.gpu import pin_xdist_worker
+
+        pin_xdist_worker()
+
+
+TREES_KEY = pytest.StashKey()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    needs_trees = [i for i in items if "trees" in getattr(i, "fixturenames", ())]
+    if needs_trees and TREES_KEY not in config.stash:
+        raise pytest.UsageError(
+            f"{len(needs_trees)} tests need vLLM trees but no --gate-manifest was given (nor GATE_MANIFEST): "
+            "run `nox -s tests`, or `python -m ci.build` and pass its manifest.json"
+        )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("gpu") is None:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        if item.config.getoption("--require-gpu"):
+            pytest.fail(f"no usable CUDA GPU in this test process; {GPU_SKIP_REASON}", pytrace=False)
+        pytest.skip(GPU_SKIP_REASON)
+
+
+@pytest.fixture(scope="session")
+def trees(request: pytest.FixtureRequest):
+    """The base and candidate vLLM trees under test (see ci.build)."""
+    return request.config.stash[TREES_KEY]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collect outcomes, checked-case counts and measured errors (works across xdist workers)."""
+    from tests.ep_marlin.conftest import COUNT_PROPERTY, METRIC_PROPERTY
+
+    if report.when == "call" or report.outcome != "passed":
+        failed_outside_call = report.when != "call" and report.outcome == "failed"
+        _SUMMARY.add_outcome(report.nodeid, "error" if failed_outside_call else report.outcome)
+    if report.when != "call":
+        return
+    for name, value in report.user_properties:
+        if name == COUNT_PROPERTY:
+            for side, n in value.items():
+                _CASE_COUNTS[side] = _CASE_COUNTS.get(side, 0) + n
+        elif name == METRIC_PROPERTY:
+            _SUMMARY.add_metric(report.nodeid, value["check"], value["value"], value["bound"])
+
+
+_CASE_COUNTS: dict[str, int] = {}
+_SUMMARY = SuiteSummary()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    path = session.config.getoption("--gate-summary")
+    if not path or hasattr(session.config, "workerinput"):  # the xdist controller writes it
+        return
+    from ci import provenance
+
+    trees = session.config.stash.get(TREES_KEY, None)
+    _SUMMARY.write(Path(path), provenance.collect(trees), int(exitstatus))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _SUMMARY.checks:
+        terminalreporter.write_line("largest measured error per check (bound):")
+        for check, st in sorted(_SUMMARY.checks.items()):
+            terminalreporter.write_line(f"  {check:36s} {st.largest:.3e}  ({st.bound})  n={st.samples}")
+    if _CASE_COUNTS:
+        counts = ", ".join(f"{n:,} on {side}" for side, n in sorted(_CASE_COUNTS.items()))
+        terminalreporter.write_line(f"CPU tier: block-size cases checked against the spec: {counts}")

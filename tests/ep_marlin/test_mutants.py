@@ -1,0 +1,65 @@
+"""Mutation check of the CPU tier: deliberately wrong candidates must be caught.
+
+Each mutant in ci/patches/mutants/ is built into its own candidate tree from the base tree
+and run through the same checks as the real candidate; each must fail the check it breaks.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ci.build import PATCHES_DIR, BuildOptions, Release, build_trees
+from ci.variants import ENTRY_MODULE, load_tree_module
+from tests.ep_marlin import cpu_harness as h
+
+ENTRY_PATH = ENTRY_MODULE.replace(".", "/") + ".py"
+MUTANTS_WRITTEN_FOR = "0.25.1"
+# mutant -> the check that must catch it
+MUTANTS = {
+    "floor-instead-of-ceil": "block_size",
+    "estimate-without-ep": "non_ep",
+    "local-experts-to-align": "align",
+    "force-64-under-ep": "block_size",
+}
+SAMPLE = [(8, ep, topk) for ep in (None, 2, 4, 8) for topk in (2, 8)] + [(5, 16, 6), (32, 32, 8)]
+
+
+@pytest.fixture(scope="module")
+def mutant_modules(trees, tmp_path_factory):
+    if trees.manifest.vllm_version != MUTANTS_WRITTEN_FOR or trees.manifest.reverse:
+        pytest.skip(f"the mutants are written against vLLM {MUTANTS_WRITTEN_FOR} (forward); these trees differ")
+    release = Release(version=trees.manifest.vllm_version, root=trees.base, source="base tree")
+    modules = {}
+    for name in MUTANTS:
+        out = tmp_path_factory.mktemp(name)
+        built = build_trees(BuildOptions(patch=PATCHES_DIR / "mutants" / f"{name}.patch", out=out), release=release)
+        modules[name] = load_tree_module(built.candidate, ENTRY_PATH)
+    return modules
+
+
+def _errors(kind, mutant, base, quant_type_id, expert_map_fn):
+    errors = []
+    for e, ep, topk in SAMPLE:
+        for case in h.cases_for(e, ep, topk):
+            inputs = h.make_inputs(case, expert_map_fn)
+            obs = h.observe(mutant, case, inputs, quant_type_id)
+            if kind == "block_size":
+                errors += h.block_size_mismatches(obs, case, patched=True)
+            elif kind == "align":
+                errors += h.align_mismatches(obs, case)
+            elif case.ep is None:
+                errors += h.kernel_arg_differences(h.observe(base, case, inputs, quant_type_id), obs, case)
+    return errors
+
+
+@pytest.mark.parametrize(("name", "kind"), MUTANTS.items())
+def test_mutant_is_caught(name, kind, mutant_modules, variants, quant_type_id, expert_map_fn):
+    errors = _errors(kind, mutant_modules[name], variants[0].marlin_moe, quant_type_id, expert_map_fn)
+    assert errors, f"mutant {name} passed the {kind} check: the CPU tier cannot see this bug"
+
+
+def test_real_candidate_passes_the_same_checks(variants, quant_type_id, expert_map_fn):
+    """The control: the same sample finds nothing wrong with the shipped patch."""
+    base, cand = (v.marlin_moe for v in variants)
+    for kind in set(MUTANTS.values()):
+        assert not _errors(kind, cand, base, quant_type_id, expert_map_fn)

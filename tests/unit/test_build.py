@@ -1,0 +1,180 @@
+"""The vLLM-under-test builder: strict patching, reverse mode, refusals and the manifest."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ci import build
+from ci.errors import DataError, PatchError, UsageError
+
+MOD = "vllm/layers/mod.py"
+BEFORE = "import os\n\n\ndef pick(m):\n    m = m\n    return m\n\n\nLIMIT = 3\n"
+AFTER = "import os\n\n\ndef pick(m):\n    m = m // 2\n    return m\n\n\nLIMIT = 3\n"
+
+
+def _diff(path: str, old: str, new: str) -> str:
+    import difflib
+
+    body = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
+    return f"diff --git a/{path} b/{path}\n{body}"
+
+
+def make_release(root: Path, text: str = BEFORE, version: str = "9.9.9") -> build.Release:
+    (root / "vllm" / "layers").mkdir(parents=True)
+    (root / "vllm" / "__init__.py").write_text("")
+    (root / "vllm" / "_version.py").write_text(f"__version__ = version = '{version}'\n")
+    (root / MOD).write_text(text)
+    (root / "vllm" / "_C.abi3.so").write_bytes(b"\x7fELF kernels")
+    return build.Release(version=version, root=root, source="test")
+
+
+@pytest.fixture
+def patch_file(tmp_path: Path) -> Path:
+    p = tmp_path / "change.patch"
+    p.write_text("A prose preamble git ignores.\n\n" + _diff(MOD, BEFORE, AFTER))
+    return p
+
+
+def test_forward_build_patches_candidate_only(tmp_path, patch_file):
+    release = make_release(tmp_path / "rel")
+    trees = build.build_trees(build.BuildOptions(patch=patch_file, out=tmp_path / "out"), release=release)
+    assert (trees.base / MOD).read_text() == BEFORE
+    assert (trees.candidate / MOD).read_text() == AFTER
+    assert (release.root / MOD).read_text() == BEFORE, "the release itself must never be written"
+    so = trees.candidate / "vllm" / "_C.abi3.so"
+    assert so.is_symlink() and so.resolve() == (release.root / "vllm" / "_C.abi3.so").resolve()
+    manifest = json.loads(trees.manifest_path.read_text())
+    assert manifest["kind"] == "vllm-trees" and manifest["schema_version"] == 1
+    assert manifest["vllm_version"] == "9.9.9" and manifest["reverse"] is False
+    assert manifest["patch_sha256"] == build.sha256_file(patch_file)
+    (change,) = manifest["changed_files"]
+    assert change["path"] == MOD
+    assert change["sha256_before"] == build.sha256_file(trees.base / MOD)
+    assert change["sha256_after"] == build.sha256_file(trees.candidate / MOD)
+    assert change["sha256_before"] != change["sha256_after"]
+    assert set(manifest["tools"]) >= {"python", "git"}
+    assert build.load_trees(trees.manifest_path).manifest == trees.manifest
+
+
+def test_reverse_build_removes_patch_for_base(tmp_path, patch_file):
+    release = make_release(tmp_path / "rel", text=AFTER)
+    opts = build.BuildOptions(patch=patch_file, out=tmp_path / "out", reverse=True)
+    trees = build.build_trees(opts, release=release)
+    assert (trees.base / MOD).read_text() == BEFORE
+    assert (trees.candidate / MOD).read_text() == AFTER
+    assert trees.manifest.reverse
+
+
+def test_non_applying_patch_names_file_and_hunk_and_leaves_nothing(tmp_path, patch_file):
+    release = make_release(tmp_path / "rel", text=BEFORE.replace("LIMIT = 3", "LIMIT = 4").replace("m = m\n", "x\n"))
+    out = tmp_path / "out"
+    with pytest.raises(PatchError) as err:
+        build.build_trees(build.BuildOptions(patch=patch_file, out=out), release=release)
+    msg = str(err.value)
+    assert MOD in msg and "@@" in msg and "Nothing was changed" in msg
+    assert "another vLLM version" in msg
+    assert not out.exists(), "a failed build must leave no half-built trees"
+
+
+def test_already_applied_patch_suggests_reverse(tmp_path, patch_file):
+    release = make_release(tmp_path / "rel", text=AFTER)
+    with pytest.raises(PatchError, match="--reverse"):
+        build.build_trees(build.BuildOptions(patch=patch_file, out=tmp_path / "out"), release=release)
+
+
+def test_missing_file_is_named(tmp_path):
+    release = make_release(tmp_path / "rel")
+    p = tmp_path / "other.patch"
+    p.write_text(_diff("vllm/layers/absent.py", BEFORE, AFTER))
+    with pytest.raises(PatchError, match=r"absent\.py"):
+        build.build_trees(build.BuildOptions(patch=p, out=tmp_path / "out"), release=release)
+
+
+def test_patch_touching_cuda_sources_is_refused(tmp_path):
+    p = tmp_path / "cuda.patch"
+    p.write_text(_diff("csrc/moe/marlin_moe.cu", "a\n", "b\n") + _diff(MOD, BEFORE, AFTER))
+    with pytest.raises(PatchError, match="full build"):
+        build.build_trees(build.BuildOptions(patch=p, out=tmp_path / "out"), release=make_release(tmp_path / "r"))
+
+
+def test_paths_outside_vllm_are_recorded_not_applied(tmp_path, patch_file):
+    p = tmp_path / "with-tests.patch"
+    p.write_text(patch_file.read_text() + _diff("tests/test_mod.py", "x = 1\n", "x = 2\n"))
+    trees = build.build_trees(build.BuildOptions(patch=p, out=tmp_path / "out"), release=make_release(tmp_path / "r"))
+    assert trees.manifest.ignored_patch_paths == ("tests/test_mod.py",)
+
+
+def test_missing_patch_and_bad_version_are_usage_errors(tmp_path):
+    with pytest.raises(UsageError, match="no such file"):
+        build.build_trees(build.BuildOptions(patch=tmp_path / "nope.patch"))
+    with pytest.raises(UsageError, match="'latest'"):
+        build.resolve_release("latest", tmp_path)
+
+
+def test_not_a_patch_is_refused(tmp_path):
+    p = tmp_path / "empty.patch"
+    p.write_text("just words\n")
+    with pytest.raises(PatchError, match="diff --git"):
+        build.build_trees(build.BuildOptions(patch=p, out=tmp_path / "o"), release=make_release(tmp_path / "r"))
+
+
+def test_overlay_copies_changed_python_files(tmp_path, patch_file):
+    checkout = tmp_path / "checkout"
+    (checkout / "vllm" / "layers").mkdir(parents=True)
+    (checkout / MOD).write_text(BEFORE.replace("LIMIT = 3", "LIMIT = 5"))
+    (checkout / "vllm" / "__init__.py").write_text("")
+    opts = build.BuildOptions(patch=patch_file, out=tmp_path / "out", vllm_src=checkout)
+    trees = build.build_trees(opts, release=make_release(tmp_path / "rel"))
+    assert trees.manifest.overlaid_files == (MOD,)
+    assert "LIMIT = 5" in (trees.base / MOD).read_text() and "m // 2" in (trees.candidate / MOD).read_text()
+
+
+def test_load_trees_refuses_corrupt_and_foreign_files(tmp_path):
+    bad = tmp_path / "manifest.json"
+    bad.write_text("{not json")
+    with pytest.raises(DataError, match="not valid JSON"):
+        build.load_trees(bad)
+    bad.write_text(json.dumps({"kind": "vllm-trees", "schema_version": 99}))
+    with pytest.raises(DataError, match="schema_version=99"):
+        build.load_trees(bad)
+    bad.write_text(json.dumps({"kind": "kernel-bench", "schema_version": 1}))
+    with pytest.raises(DataError, match="expected a 'vllm-trees' file"):
+        build.load_trees(bad)
+
+
+def test_installed_version_read_without_import(tmp_path, monkeypatch):
+    import importlib.machinery
+
+    make_release(tmp_path / "site", version="1.2.3")
+    site = str(tmp_path / "site")  # look only there, whatever this process imported already
+    monkeypatch.setattr(
+        build.importlib.util, "find_spec", lambda n: importlib.machinery.PathFinder.find_spec(n, [site])
+    )
+    release = build.locate_installed()
+    assert release.version == "1.2.3" and release.root == (tmp_path / "site").resolve()
+
+
+def test_shipped_patch_is_the_pr_hunk():
+    text = build.DEFAULT_PATCH.read_text()
+    assert "+import math" in text
+    assert "+        M = math.ceil(M * E / global_num_experts)" in text
+    assert text.count("diff --git") == 1
+
+
+def test_shipped_patch_reverse_applies_to_vllm_0_26_0(tmp_path):
+    """Upstream 0.26.0 contains the hunk: the patch reverse-applies to its file (wheel from the index)."""
+    release = build.fetch_release("0.26.0", build.GATE_DIR / "cache")
+    opts = build.BuildOptions(patch=build.DEFAULT_PATCH, out=tmp_path / "out", reverse=True)
+    trees = build.build_trees(opts, release=release)
+    text = (trees.base / trees.manifest.changed_files[0].path).read_text()
+    assert "import math" not in text and "math.ceil" not in text
+
+
+def test_slug_names_the_build():
+    name = build.tree_slug("0.26.0", Path("x/marlin.patch"), reverse=True, src=False)
+    assert name == "vllm-0.26.0-marlin-reverse"
+    assert textwrap.dedent(name) == name

@@ -1,0 +1,128 @@
+"""The gate end to end on synthetic results: verdicts, exit codes, baselines, reports."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from ci import baselines, compare
+from ci.errors import ExitCode, UsageError
+from ci.results import BenchResults, CaseResult, load_results
+
+GPU = {"driver": "580", "count": 1, "gpus": [{"name": "NVIDIA H200", "index": 0}]}
+
+
+def make_results(ratio_by_case: dict[str, float], *, n: int = 50, seed: int = 0, suite: str = "unit") -> BenchResults:
+    rng = random.Random(seed)
+    cases = []
+    for cid, ratio in ratio_by_case.items():
+        base = [100 * math.exp(rng.gauss(0, 0.004)) for _ in range(n)]
+        cand = [ratio * 100 * math.exp(rng.gauss(0, 0.004)) for _ in range(n)]
+        sweep = {str(bm): [100.0 + abs(bm - 16)] * 5 for bm in (8, 16, 32, 48, 64)}
+        cases.append(
+            CaseResult(
+                id=cid,
+                unit="us/call",
+                samples={"base": base, "candidate": cand},
+                info={"block_size_m": {"base": 64, "candidate": 16}},
+                extra={"block_sizes_us": sweep},
+            )
+        )
+    return BenchResults(kind="kernel-bench", suite=suite, provenance={"gpu": GPU}, settings={}, cases=cases)
+
+
+@pytest.fixture
+def results_file(tmp_path):
+    def write(ratios, **kw):
+        path = tmp_path / "results.json"
+        make_results(ratios, **kw).save(path)
+        return path
+
+    return write
+
+
+def test_ab_pass_and_report(results_file, tmp_path, monkeypatch, capsys):
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    path = results_file({"a/ep8/tpr8": 0.8, "b/ep1/tpr8": 1.0})
+    assert compare.main(["--results", str(path), "--out-dir", str(tmp_path / "o")]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert "| a/ep8/tpr8 |" in out and "PASS" in out and "64 -> 16" in out and "best 16" in out
+    verdict = json.loads((tmp_path / "o" / "verdict.json").read_text())
+    assert verdict["kind"] == "gate-verdict" and verdict["overall"] == "PASS"
+    assert (tmp_path / "o" / "plot.png").stat().st_size > 1000
+    assert "EP-Marlin gate" in summary.read_text()
+
+
+def test_ab_fail_on_real_slowdown(results_file, tmp_path):
+    path = results_file({"a": 1.0, "b": 1.06})
+    assert compare.main(["--results", str(path), "--out-dir", str(tmp_path / "o")]) == ExitCode.FAILED
+    verdict = json.loads((tmp_path / "o" / "verdict.json").read_text())
+    assert [c["verdict"] for c in verdict["cases"]] == ["PASS", "FAIL"]
+
+
+def test_threshold_and_confidence_are_options(results_file, tmp_path):
+    path = results_file({"a": 1.06})
+    args = ["--results", str(path), "--out-dir", str(tmp_path / "o"), "--threshold", "0.10"]
+    assert compare.main(args) == ExitCode.OK
+    with pytest.raises(SystemExit):
+        compare.main(["--results", str(path), "--threshold", "3"])
+
+
+def test_baseline_missing_then_recorded_then_compared(results_file, tmp_path, capsys):
+    path = results_file({"a": 1.0})
+    bdir = tmp_path / "baselines"
+    args = ["--results", str(path), "--mode", "baseline", "--baseline-dir", str(bdir), "--out-dir", str(tmp_path / "o")]
+    assert compare.main(args) == ExitCode.NO_BASELINE
+    assert "update_baselines" in capsys.readouterr().out
+    stored = baselines.record(path, bdir)
+    assert stored == bdir / "nvidia-h200-x1" / "unit.json"
+    with pytest.raises(UsageError, match="--force"):
+        baselines.record(path, bdir)
+    assert compare.main(args) == ExitCode.OK
+    slower = results_file({"a": 1.08}, seed=5)
+    assert compare.main([*args[:1], str(slower), *args[2:]]) == ExitCode.FAILED
+
+
+def test_case_missing_from_baseline_is_no_baseline(results_file, tmp_path):
+    bdir = tmp_path / "b"
+    baselines.record(results_file({"a": 1.0}), bdir)
+    path = results_file({"a": 1.0, "new": 1.0}, seed=2)
+    args = ["--results", str(path), "--mode", "baseline", "--baseline-dir", str(bdir), "--out-dir", str(tmp_path / "o")]
+    assert compare.main(args) == ExitCode.NO_BASELINE
+
+
+def test_corrupt_or_foreign_baseline_is_an_error(results_file, tmp_path, capsys):
+    from ci.cli import run_main
+
+    bdir = tmp_path / "b"
+    stored = baselines.record(results_file({"a": 1.0}), bdir)
+    path = results_file({"a": 1.0})
+    args = ["--results", str(path), "--mode", "baseline", "--baseline-dir", str(bdir)]
+    stored.write_text("{")
+    assert run_main(compare.main, args) == ExitCode.DATA
+    payload = make_results({"a": 1.0}).to_json()
+    payload["schema_version"] = 7
+    stored.write_text(json.dumps(payload))
+    assert run_main(compare.main, args) == ExitCode.DATA
+    assert "schema_version=7" in capsys.readouterr().err
+
+
+def test_results_with_bad_samples_are_refused(tmp_path):
+    from ci.errors import DataError
+
+    payload = make_results({"a": 1.0}).to_json()
+    payload["cases"][0]["samples"]["base"][3] = -1
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(payload))
+    with pytest.raises(DataError, match="positive finite"):
+        load_results(path)
+
+
+def test_regret_uses_the_sweep():
+    case = make_results({"a": 1.0}).cases[0]
+    r = compare.regret(case)
+    assert r["best_block_size_m"] == 16 and r["candidate"] == 0 and r["base"] == pytest.approx(0.48)

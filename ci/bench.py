@@ -204,14 +204,16 @@ def run_case(runner: CaseRunner, variants, repeats: int) -> CaseResult:
     )
 
 
-def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str) -> BenchResults:
+def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bool = False) -> BenchResults:
     import torch
 
     from ci import moe_case as mc
-    from ci.variants import load_variants, put_base_first
+    from ci.variants import Variant, load_variants, put_base_first
 
     put_base_first(trees)
     variants = load_variants(trees)
+    if aa:  # A/A: the base build against itself, to see the noise the gate must tolerate
+        variants = (variants[0], Variant("candidate", variants[0].marlin_moe))
     started, results, weights_key, experts = time.time(), [], None, None
     for i, case in enumerate(cases, 1):
         key = (case.shape_name, case.ep)
@@ -242,6 +244,7 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str) -> BenchR
             "warmup_replays": WARMUP_REPLAYS,
             "timer": "CUDA events around a CUDA-graph replay",
             "wall_time_s": round(time.time() - started, 1),
+            "candidate": "base (A/A run)" if aa else "candidate tree",
         },
         cases=results,
     )
@@ -255,6 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="rounds per build (%(default)s)")
     parser.add_argument("--out", type=Path, required=True, help="results file to write")
     parser.add_argument("--allow-busy", action="store_true", help="time even if another process uses the GPU")
+    parser.add_argument("--aa", action="store_true", help="A/A run: time the base build against itself")
     args = parser.parse_args(argv)
     if args.repeats < 6:
         raise UsageError(f"--repeats {args.repeats}: at least 6 are needed for a 95% interval (default 50)")
@@ -264,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     busy = gpu.busy_gpus(gpus[:1])
     if busy and not args.allow_busy:
         raise NoGPUError(f"the GPU is busy: {busy[0]}; wait for it, or pass --allow-busy (timings will be noisy)")
-    results = run_suite(trees, cases, args.repeats, args.suite)
+    results = run_suite(trees, cases, args.repeats, args.suite, aa=args.aa)
     results.save(args.out)
     print(f"bench: {len(results.cases)} cases written to {args.out}")
     return 0

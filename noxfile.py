@@ -157,3 +157,15 @@ def update_baselines(session: nox.Session) -> None:
         results = rest[i + 1]
         del rest[i : i + 2]
     session.run(_python(session), "-m", "ci.baselines", "record", results, *rest)
+
+
+@nox.session(default=False)
+def tpot(session: nox.Session) -> None:
+    """End-to-end TPOT A/B: vllm serve (dummy weights, DP/EP over this host's GPUs) + vllm bench serve."""
+    _require_gpu(session)
+    args = parse_session_args(session.posargs)
+    _install_vllm_deps(session, args, gpu=True)
+    _install(session, "-r", "requirements/test.txt")
+    manifest = _build(session, args)
+    out = _out(session, args) / "tpot-results.json"
+    session.run(_python(session), "-m", "ci.tpot", "--manifest", str(manifest), "--out", str(out), *args.rest)

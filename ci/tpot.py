@@ -1,0 +1,269 @@
+"""Stage 3b: end-to-end TPOT. ``vllm serve`` from each tree, ``vllm bench serve`` against it, A/B.
+
+The model is a config shipped in ``ci/models/`` (GPTQ-int4 ``quantization_config``, so the
+Marlin MoE path runs) with ``--load-format dummy`` (no weights) and the small word-level
+tokenizer in ``ci/models/tokenizer``. With N > 1 GPUs the server runs
+``--data-parallel-size N --enable-expert-parallel``. The Marlin MoE backend is forced with
+``--moe-backend marlin`` where the tree's vLLM has that flag (recorded either way).
+
+Rounds alternate builds (base, candidate, candidate, base, ...); each round is one
+``vllm bench serve`` run and contributes its median TPOT. Both servers stay up side by side
+(``--server-mode concurrent``, each given a share of GPU memory, started one after the
+other) or are started anew for every round (``sequential``). Results use the kernel
+benchmark's schema, so ``ci.compare`` judges them with the same statistics.
+
+Usage: ``python -m ci.tpot --manifest M [--model qwen3-30b-a3b-like] [--profile pr] [--dp N] --out FILE``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ci import gpu, provenance
+from ci.build import Trees, load_trees
+from ci.cli import run_main
+from ci.errors import DataError, NoGPUError, UsageError
+from ci.results import BenchResults, CaseResult
+from ci.server import Server, free_port
+
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+TOKENIZER_DIR = MODELS_DIR / "tokenizer"
+DEFAULT_PORT = 18000
+BUILDS = ("base", "candidate")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profile:
+    input_len: int
+    output_len: int
+    concurrency: int
+    prompts: int
+    rounds: int  # per build
+    warmup_prompts: int
+    max_model_len: int
+    gpu_memory_fraction: float  # per server (two share the GPUs in concurrent mode)
+    # decode batches captured as full CUDA graphs, no torch.compile (fast start, eager-free decode)
+    compilation_config: str = '{"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}'
+
+
+PROFILES = {
+    "pr": Profile(input_len=256, output_len=128, concurrency=16, prompts=64, rounds=6, warmup_prompts=16,
+                  max_model_len=1024, gpu_memory_fraction=0.4),
+    "nightly": Profile(input_len=1024, output_len=1024, concurrency=64, prompts=640, rounds=6, warmup_prompts=64,
+                       max_model_len=4096, gpu_memory_fraction=0.4),
+    "smoke": Profile(input_len=64, output_len=32, concurrency=4, prompts=8, rounds=1, warmup_prompts=4,
+                     max_model_len=512, gpu_memory_fraction=0.3),
+}  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundResult:
+    build: str
+    median_tpot_ms: float
+    mean_tpot_ms: float
+    median_ttft_ms: float
+    output_throughput: float
+    completed: int
+    failed: int
+
+
+def models() -> list[str]:
+    return sorted(p.name for p in MODELS_DIR.iterdir() if (p / "config.json").is_file())
+
+
+def model_dir(name: str) -> Path:
+    path = MODELS_DIR / name
+    if not (path / "config.json").is_file():
+        raise UsageError(f"--model {name!r}: no ci/models/{name}/config.json; choose one of {models()}")
+    return path
+
+
+def moe_backend_flag(tree: Path) -> list[str]:
+    """``--moe-backend marlin`` where this vLLM has the flag (read from its source, not imported)."""
+    arg_utils = tree / "vllm" / "engine" / "arg_utils.py"
+    if arg_utils.is_file() and '"--moe-backend"' in arg_utils.read_text():
+        return ["--moe-backend", "marlin"]
+    return []
+
+
+def server_env(tree: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # FlashInfer is optional; its sampler needs it
+    env.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off (shared hosts)
+    env.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: config and tokenizer ship in the repo
+    return env
+
+
+def serve_argv(tree: Path, model: Path, *, port: int, profile: Profile, dp: int, seed: int) -> list[str]:
+    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
+            "--tokenizer", str(TOKENIZER_DIR), "--load-format", "dummy", "--port", str(port),
+            "--host", "127.0.0.1", "--seed", str(seed), "--max-model-len", str(profile.max_model_len),
+            "--gpu-memory-utilization", str(profile.gpu_memory_fraction),
+            "--max-num-seqs", str(max(profile.concurrency, 1)),
+            "--compilation-config", profile.compilation_config]  # fmt: skip
+    if dp > 1:
+        argv += ["--data-parallel-size", str(dp), "--enable-expert-parallel"]
+    return argv + moe_backend_flag(tree)
+
+
+def bench_argv(
+    tree: Path, model: Path, *, port: int, profile: Profile, prompts: int, out: Path, seed: int
+) -> list[str]:
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "vllm",
+            "--model", str(model), "--tokenizer", str(TOKENIZER_DIR), "--base-url", f"http://127.0.0.1:{port}",
+            "--dataset-name", "random", "--random-input-len", str(profile.input_len),
+            "--random-output-len", str(profile.output_len), "--max-concurrency", str(profile.concurrency),
+            "--num-prompts", str(prompts), "--ignore-eos", "--seed", str(seed), "--save-result",
+            "--result-dir", str(out.parent), "--result-filename", out.name]  # fmt: skip
+
+
+def parse_bench_result(path: Path, build: str) -> RoundResult:
+    """Read a ``vllm bench serve --save-result`` file; refuse one without the numbers we gate on."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path}: cannot read the vllm bench serve result ({exc})") from exc
+    keys = ("median_tpot_ms", "mean_tpot_ms", "median_ttft_ms", "output_throughput", "completed")
+    missing = [k for k in keys if not isinstance(data.get(k), (int, float))]
+    if missing:
+        raise DataError(f"{path}: vllm bench serve result lacks {missing}; is this a --save-result file?")
+    failed = int(data.get("failed", 0) or 0)
+    if data["completed"] == 0 or failed:
+        raise DataError(f"{path}: {failed} requests failed, {data['completed']} completed; see the server log")
+    return RoundResult(build=build, **{k: float(data[k]) for k in keys[:-1]}, completed=int(data["completed"]),
+                       failed=failed)  # fmt: skip
+
+
+def round_order(rounds: int) -> list[str]:
+    """Interleaved builds, balanced against drift: base cand | cand base | base cand ..."""
+    order: list[str] = []
+    for r in range(rounds):
+        order += list(BUILDS) if r % 2 == 0 else list(reversed(BUILDS))
+    return order
+
+
+@dataclass
+class Runner:
+    trees: Trees
+    model: Path
+    profile: Profile
+    dp: int
+    out_dir: Path
+    health_timeout_s: float
+    seed: int = 0
+
+    def tree(self, build: str) -> Path:
+        return self.trees.base if build == "base" else self.trees.candidate
+
+    def server(self, build: str, port: int) -> Server:
+        argv = serve_argv(self.tree(build), self.model, port=port, profile=self.profile, dp=self.dp, seed=self.seed)
+        env = server_env(self.tree(build))
+        return Server(f"vllm serve ({build})", argv, port=port, log=self.out_dir / f"server-{build}.log", env=env)
+
+    def bench(self, build: str, server: Server, tag: str, prompts: int) -> RoundResult:
+        import subprocess
+
+        out = self.out_dir / f"bench-{tag}.json"
+        argv = bench_argv(self.tree(build), self.model, port=server.port, profile=self.profile, prompts=prompts,
+                          out=out, seed=self.seed)  # fmt: skip
+        log = self.out_dir / f"bench-{tag}.log"
+        with open(log, "wb") as fh:
+            done = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, env=server_env(self.tree(build)))
+        server.check_alive()
+        if done.returncode != 0:
+            raise DataError(f"vllm bench serve ({tag}) exited with {done.returncode}; see {log}")
+        return parse_bench_result(out, build)
+
+
+def run_rounds(runner: Runner, mode: str) -> tuple[list[RoundResult], dict]:
+    """Start servers, warm them up, run the interleaved rounds; servers are always stopped."""
+    started, rounds, startup = time.time(), [], {}
+    servers: dict[str, Server] = {}
+    try:
+        for i, build in enumerate(round_order(runner.profile.rounds)):
+            if build not in servers:
+                if mode == "sequential":
+                    for other in list(servers):
+                        servers.pop(other).stop()
+                port = free_port(DEFAULT_PORT + 10 * len(servers))
+                servers[build] = runner.server(build, port).start()
+                startup[build] = round(servers[build].wait_healthy(runner.health_timeout_s), 1)
+                print(f"tpot: {build} server healthy after {startup[build]} s on port {port}", flush=True)
+                runner.bench(build, servers[build], f"{build}-warmup-{i}", runner.profile.warmup_prompts)
+            result = runner.bench(build, servers[build], f"{i:02d}-{build}", runner.profile.prompts)
+            rounds.append(result)
+            so_far = {b: [r.median_tpot_ms for r in rounds if r.build == b] for b in BUILDS}
+            print(
+                f"tpot round {i + 1}/{2 * runner.profile.rounds} {build}: median TPOT {result.median_tpot_ms:.2f} ms "
+                + " ".join(f"{b} {sorted(v)[len(v) // 2]:.2f}" for b, v in so_far.items() if v)
+                + f" ms so far, {time.time() - started:.0f} s",
+                flush=True,
+            )
+            if mode == "sequential":
+                servers.pop(build).stop()
+    finally:
+        for s in servers.values():
+            s.stop()
+    return rounds, startup
+
+
+def run_tpot(trees: Trees, model: str, profile_name: str, dp: int, out_dir: Path, mode: str, timeout: float):
+    profile = PROFILES[profile_name]
+    runner = Runner(trees, model_dir(model), profile, dp, out_dir, timeout)
+    rounds, startup = run_rounds(runner, mode)
+    case = CaseResult(
+        id=f"{model}/dp{dp}-ep{dp if dp > 1 else 1}/{profile_name}",
+        unit="ms median TPOT",
+        samples={b: [r.median_tpot_ms for r in rounds if r.build == b] for b in BUILDS},
+        info={
+            "model": model,
+            "dp": dp,
+            "expert_parallel": dp > 1,
+            "profile": asdict(profile),
+            "moe_backend_flag": moe_backend_flag(trees.base) or "none (auto)",
+            "server_mode": mode,
+        },  # fmt: skip
+        extra={"rounds": [asdict(r) for r in rounds], "startup_s": startup},
+    )
+    return BenchResults(
+        kind="tpot-bench",
+        suite=f"{model}-dp{dp}-{profile_name}",
+        provenance=provenance.collect(trees),
+        settings={"rounds_per_build": profile.rounds, "order": round_order(profile.rounds), "server_mode": mode},
+        cases=[case],
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ci.tpot", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--manifest", type=Path, required=True)
+    parser.add_argument("--model", default="qwen3-30b-a3b-like", help=f"one of {models()}")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="pr")
+    parser.add_argument("--dp", type=int, help="data-parallel size = EP size (default: every visible GPU)")
+    parser.add_argument("--server-mode", choices=("concurrent", "sequential"), default="concurrent")
+    parser.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health")
+    parser.add_argument("--out", type=Path, required=True, help="results file; logs go beside it")
+    args = parser.parse_args(argv)
+    trees = load_trees(args.manifest)
+    gpus = gpu.require_gpus()
+    dp = args.dp or len(gpus)
+    if dp > len(gpus):
+        raise NoGPUError(f"--dp {dp} needs {dp} GPUs; {len(gpus)} visible")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: servers stop
+    results = run_tpot(trees, args.model, args.profile, dp, args.out.parent, args.server_mode, args.health_timeout)
+    results.save(args.out)
+    print(f"tpot: results written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,168 @@
+"""The TPOT stage without a GPU: command lines, result parsing, and the server lifecycle
+end to end against a stand-in ``vllm`` (start, health wait, timeout, clean stop, log tail on death)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from ci import tpot
+from ci.build import FileChange, TreeManifest, Trees
+from ci.errors import DataError, ServerError
+from ci.server import Server, free_port
+
+HERE = Path(__file__).resolve().parent
+QWEN = tpot.model_dir("qwen3-30b-a3b-like")
+
+
+def fake_tree(root: Path, *, moe_flag: bool = True) -> Path:
+    cli = root / "vllm" / "entrypoints" / "cli"
+    cli.mkdir(parents=True)
+    for pkg in (root / "vllm", root / "vllm" / "entrypoints", cli):
+        (pkg / "__init__.py").write_text("")
+    shutil.copy(HERE / "standin_vllm.py", cli / "main.py")
+    (root / "vllm" / "engine").mkdir()
+    (root / "vllm" / "engine" / "arg_utils.py").write_text('add("--moe-backend")\n' if moe_flag else "")
+    return root
+
+
+@pytest.fixture
+def standin_trees(tmp_path, monkeypatch) -> Trees:
+    monkeypatch.setenv("STANDIN_CHILD_PID_FILE", str(tmp_path / "child.pid"))
+    manifest = TreeManifest(vllm_version="0.0.0", vllm_source="standin", patch_path="x.patch", patch_sha256="0",
+                            reverse=False, base="base", candidate="candidate",
+                            changed_files=(FileChange(path="vllm/x.py", sha256_before="a", sha256_after="b"),))  # fmt: skip
+    return Trees(manifest_path=tmp_path / "manifest.json", manifest=manifest,
+                 base=fake_tree(tmp_path / "base"), candidate=fake_tree(tmp_path / "candidate"))  # fmt: skip
+
+
+def test_serve_command_line(tmp_path):
+    tree = fake_tree(tmp_path / "t")
+    argv = tpot.serve_argv(tree, QWEN, port=18001, profile=tpot.PROFILES["pr"], dp=4, seed=3)
+    assert argv[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", str(QWEN)]
+    joined = " ".join(argv)
+    for part in ("--load-format dummy", "--port 18001", "--data-parallel-size 4", "--enable-expert-parallel",
+                 "--moe-backend marlin", "--seed 3", "--gpu-memory-utilization 0.4", "--enforce-eager"):  # fmt: skip
+        if part == "--enforce-eager":
+            assert part not in joined, "the pr profile uses CUDA graphs"
+        else:
+            assert part in joined
+    single = " ".join(tpot.serve_argv(fake_tree(tmp_path / "u", moe_flag=False), QWEN, port=1, profile=tpot.PROFILES["pr"], dp=1, seed=0))  # fmt: skip
+    assert "--data-parallel-size" not in single and "--moe-backend" not in single
+
+
+def test_bench_command_line_and_env(tmp_path):
+    tree = fake_tree(tmp_path / "t")
+    out = tmp_path / "r.json"
+    argv = tpot.bench_argv(tree, QWEN, port=5, profile=tpot.PROFILES["nightly"], prompts=640, out=out, seed=0)
+    joined = " ".join(argv)
+    for part in ("bench serve", "--dataset-name random", "--random-input-len 1024", "--random-output-len 1024",
+                 "--max-concurrency 64", "--num-prompts 640", "--ignore-eos", "--save-result"):  # fmt: skip
+        assert part in joined
+    env = tpot.server_env(tree)
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tree)
+    assert env["NCCL_NVLS_ENABLE"] == "0" and env["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+
+
+def test_parse_recorded_bench_result():
+    r = tpot.parse_bench_result(HERE / "data" / "vllm-bench-serve-result.json", "base")
+    assert (r.median_tpot_ms, r.mean_tpot_ms, r.output_throughput, r.median_ttft_ms) == (11.66, 11.83, 382.3, 118.9)
+
+
+def test_bad_bench_results_are_refused(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({"completed": 3, "failed": 0}))
+    with pytest.raises(DataError, match="median_tpot_ms"):
+        tpot.parse_bench_result(p, "base")
+    data = json.loads((HERE / "data" / "vllm-bench-serve-result.json").read_text())
+    p.write_text(json.dumps({**data, "failed": 2}))
+    with pytest.raises(DataError, match="2 requests failed"):
+        tpot.parse_bench_result(p, "base")
+    p.write_text("{")
+    with pytest.raises(DataError, match="cannot read"):
+        tpot.parse_bench_result(p, "base")
+
+
+def test_rounds_alternate_and_balance():
+    assert tpot.round_order(3) == ["base", "candidate", "candidate", "base", "base", "candidate"]
+
+
+def _server(trees, tmp_path, mode="ok", delay="0.2"):
+    env = {**tpot.server_env(trees.base), "STANDIN_MODE": mode, "STANDIN_DELAY": delay}
+    argv = tpot.serve_argv(trees.base, QWEN, port=(port := free_port(19000)), profile=tpot.PROFILES["pr"], dp=1, seed=0)
+    return Server("standin", argv, port=port, log=tmp_path / "server.log", env=env)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as fh:  # a zombie is dead too
+        return fh.read().split()[2] != "Z"
+
+
+def test_server_starts_becomes_healthy_and_stops_its_group(standin_trees, tmp_path):
+    server = _server(standin_trees, tmp_path)
+    with server:
+        assert server.wait_healthy(30) < 30
+        child = int((tmp_path / "child.pid").read_text())
+        assert _alive(child)
+    deadline = time.time() + 10
+    while _alive(child) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child), "the server's child process outlived stop()"
+    assert not server.healthy()
+
+
+def test_server_death_reports_code_and_log_tail(standin_trees, tmp_path):
+    with _server(standin_trees, tmp_path, mode="die") as server, pytest.raises(ServerError) as err:
+        server.wait_healthy(30)
+    assert "exited with code 3" in str(err.value) and "No available memory" in str(err.value)
+
+
+def test_health_timeout_is_an_error_with_log_tail(standin_trees, tmp_path):
+    with _server(standin_trees, tmp_path, mode="never-healthy") as server, pytest.raises(ServerError) as err:
+        server.wait_healthy(2)
+    assert "not healthy after 2 s" in str(err.value) and "standin serve" in str(err.value)
+
+
+def test_port_in_use_is_refused(standin_trees, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        server = Server("standin", ["true"], port=port, log=tmp_path / "l.log", env=dict(os.environ))
+        with pytest.raises(ServerError, match=f"port {port} is in use"):
+            server.start()
+
+
+@pytest.mark.parametrize("mode", ["concurrent", "sequential"])
+def test_ab_rounds_end_to_end(standin_trees, tmp_path, monkeypatch, mode):
+    """Both servers from their own trees; the candidate's stand-in reports a 20% lower TPOT."""
+    monkeypatch.setattr(tpot, "PROFILES", {**tpot.PROFILES, "t": tpot.Profile(
+        input_len=8, output_len=8, concurrency=1, prompts=2, rounds=3, warmup_prompts=1, max_model_len=64,
+        gpu_memory_fraction=0.1)})  # fmt: skip
+    (standin_trees.candidate / "vllm" / "entrypoints" / "cli" / "main.py").write_text(
+        "import os\nos.environ['STANDIN_TPOT'] = '8'\n" + (HERE / "standin_vllm.py").read_text()
+    )
+    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", mode, 30)
+    (case,) = results.cases
+    assert case.samples == {"base": [10.0] * 3, "candidate": [8.0] * 3}
+    assert [r["build"] for r in case.extra["rounds"]] == tpot.round_order(3)
+    assert case.info["moe_backend_flag"] == ["--moe-backend", "marlin"]
+    assert results.kind == "tpot-bench" and results.suite == "qwen3-30b-a3b-like-dp1-t"
+    assert "--load-format dummy" in (tmp_path / "out" / "server-base.log").read_text().replace("', '", " ")
+
+
+def test_unknown_model_is_a_usage_error():
+    from ci.errors import UsageError
+
+    with pytest.raises(UsageError, match="qwen3-30b-a3b-like"):
+        tpot.model_dir("llama")

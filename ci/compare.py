@@ -108,7 +108,13 @@ def compare_ab(results: BenchResults, threshold: float, confidence: float) -> Ga
         if not {"base", "candidate"} <= set(case.samples):
             raise UsageError(f"case {case.id}: A/B needs samples of both 'base' and 'candidate'")
         base, cand = case.samples["base"], case.samples["candidate"]
-        verdicts.append(_judge(case, base, cand, stats.paired_effect(base, cand, confidence), threshold))
+        n = min(len(base), len(cand))  # an interrupted run can end between the two rounds of a pair
+        if n == 0:
+            raise UsageError(f"case {case.id}: no complete base/candidate pair of rounds")
+        verdict = _judge(case, base[:n], cand[:n], stats.paired_effect(base[:n], cand[:n], confidence), threshold)
+        if n < max(len(base), len(cand)):
+            verdict.notes.append(f"{max(len(base), len(cand)) - n} unpaired round(s) left out of the paired test")
+        verdicts.append(verdict)
     return _report("ab", "base build of the same run", results, verdicts, threshold, confidence)
 
 

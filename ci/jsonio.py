@@ -8,12 +8,33 @@ crash never leaves half a baseline behind.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from ci.errors import DataError
+
+_NUMBER_LIST = re.compile(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+)*)\s*\]")
+
+
+def _finite(value: Any) -> Any:
+    """Non-finite floats (an interval too wide to bound) become null: JSON has no Infinity."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def dumps(payload: dict[str, Any]) -> str:
+    """Indented JSON with each list of numbers on one line (raw samples stay one line a series)."""
+    text = json.dumps(_finite(payload), indent=1, sort_keys=True, allow_nan=False)
+    return _NUMBER_LIST.sub(lambda m: "[" + ", ".join(x.strip() for x in m[1].split(",")) + "]", text)
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:
@@ -22,8 +43,7 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
-            json.dump(payload, fh, indent=1, sort_keys=True)
-            fh.write("\n")
+            fh.write(dumps(payload) + "\n")
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:

@@ -55,7 +55,7 @@ class Profile:
 
 
 PROFILES = {
-    "pr": Profile(input_len=256, output_len=128, concurrency=16, prompts=64, rounds=6, warmup_prompts=16,
+    "pr": Profile(input_len=256, output_len=128, concurrency=16, prompts=256, rounds=6, warmup_prompts=16,
                   max_model_len=1024, gpu_memory_fraction=0.4),
     "nightly": Profile(input_len=1024, output_len=1024, concurrency=64, prompts=640, rounds=6, warmup_prompts=64,
                        max_model_len=4096, gpu_memory_fraction=0.4),
@@ -184,8 +184,11 @@ class Runner:
         return parse_bench_result(out, build)
 
 
-def run_rounds(runner: Runner, mode: str) -> tuple[list[RoundResult], dict]:
-    """Start servers, warm them up, run the interleaved rounds; servers are always stopped."""
+def run_rounds(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundResult], dict]:
+    """Start servers, warm them up, run the interleaved rounds; servers are always stopped.
+
+    ``on_round(rounds, startup)`` runs after every round (the CLI saves partial results there,
+    so an interrupted run keeps what it measured)."""
     started, rounds, startup = time.time(), [], {}
     servers: dict[str, Server] = {}
     try:
@@ -201,6 +204,8 @@ def run_rounds(runner: Runner, mode: str) -> tuple[list[RoundResult], dict]:
                 runner.bench(build, servers[build], f"{build}-warmup-{i}", runner.profile.warmup_prompts)
             result = runner.bench(build, servers[build], f"{i:02d}-{build}", runner.profile.prompts)
             rounds.append(result)
+            if on_round is not None:
+                on_round(rounds, startup)
             so_far = {b: [r.median_tpot_ms for r in rounds if r.build == b] for b in BUILDS}
             print(
                 f"tpot round {i + 1}/{2 * runner.profile.rounds} {build}: median TPOT {result.median_tpot_ms:.2f} ms "
@@ -216,10 +221,11 @@ def run_rounds(runner: Runner, mode: str) -> tuple[list[RoundResult], dict]:
     return rounds, startup
 
 
-def run_tpot(trees: Trees, model: str, profile_name: str, dp: int, out_dir: Path, mode: str, timeout: float):
+def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mode: str,
+                        rounds: list[RoundResult], startup: dict) -> BenchResults:  # fmt: skip
+    """The results file of a TPOT A/B: one case, the median TPOT of each round as its samples."""
     profile = PROFILES[profile_name]
-    runner = Runner(trees, model_dir(model), profile, dp, out_dir, timeout)
-    rounds, startup = run_rounds(runner, mode)
+    complete = len(rounds) == 2 * profile.rounds
     case = CaseResult(
         id=f"{model}/dp{dp}-ep{dp if dp > 1 else 1}/{profile_name}",
         unit="ms median TPOT",
@@ -231,16 +237,42 @@ def run_tpot(trees: Trees, model: str, profile_name: str, dp: int, out_dir: Path
             "profile": asdict(profile),
             "moe_backend_flag": moe_backend_flag(trees.base) or "none (auto)",
             "server_mode": mode,
-        },  # fmt: skip
+        },
         extra={"rounds": [asdict(r) for r in rounds], "startup_s": startup},
     )
     return BenchResults(
         kind="tpot-bench",
         suite=f"{model}-dp{dp}-{profile_name}",
         provenance=provenance.collect(trees),
-        settings={"rounds_per_build": profile.rounds, "order": round_order(profile.rounds), "server_mode": mode},
+        settings={
+            "rounds_per_build": profile.rounds,
+            "order": round_order(profile.rounds),
+            "server_mode": mode,
+            "complete": complete,
+            "rounds_done": len(rounds),
+        },
         cases=[case],
     )
+
+
+def run_tpot(trees: Trees, model: str, profile_name: str, dp: int, out_dir: Path, mode: str, timeout: float,
+             save_to: Path | None = None) -> BenchResults:  # fmt: skip
+    runner = Runner(trees, model_dir(model), PROFILES[profile_name], dp, out_dir, timeout)
+
+    def save(rounds, startup):
+        if save_to is not None:
+            results_from_rounds(trees, model, profile_name, dp, mode, rounds, startup).save(save_to)
+
+    rounds, startup = run_rounds(runner, mode, on_round=save)
+    return results_from_rounds(trees, model, profile_name, dp, mode, rounds, startup)
+
+
+def rounds_from_dir(directory: Path) -> list[RoundResult]:
+    """The rounds of a (possibly interrupted) run, from its ``bench-NN-<build>.json`` files."""
+    files = sorted(directory.glob("bench-[0-9][0-9]-*.json"))
+    if not files:
+        raise DataError(f"{directory}: no bench-NN-<build>.json round files")
+    return [parse_bench_result(f, f.stem.split("-", 2)[2]) for f in files]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -252,14 +284,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--server-mode", choices=("concurrent", "sequential"), default="concurrent")
     parser.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health")
     parser.add_argument("--out", type=Path, required=True, help="results file; logs go beside it")
+    parser.add_argument("--from-rounds", type=Path, help="rebuild the results of an interrupted run from its folder")
+    parser.add_argument("--dp-of-rounds", type=int, default=1, help="with --from-rounds: the DP size that run used")
     args = parser.parse_args(argv)
     trees = load_trees(args.manifest)
+    if args.from_rounds:
+        rounds = rounds_from_dir(args.from_rounds)
+        results = results_from_rounds(trees, args.model, args.profile, args.dp_of_rounds, args.server_mode, rounds, {})
+        results.save(args.out)
+        print(f"tpot: {len(rounds)} rounds from {args.from_rounds} written to {args.out}")
+        return 0
     gpus = gpu.require_gpus()
     dp = args.dp or len(gpus)
     if dp > len(gpus):
         raise NoGPUError(f"--dp {dp} needs {dp} GPUs; {len(gpus)} visible")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: servers stop
-    results = run_tpot(trees, args.model, args.profile, dp, args.out.parent, args.server_mode, args.health_timeout)
+    results = run_tpot(trees, args.model, args.profile, dp, args.out.parent, args.server_mode, args.health_timeout,
+                       save_to=args.out)  # fmt: skip
     results.save(args.out)
     print(f"tpot: results written to {args.out}")
     return 0

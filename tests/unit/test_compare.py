@@ -122,6 +122,16 @@ def test_results_with_bad_samples_are_refused(tmp_path):
         load_results(path)
 
 
+def test_interrupted_run_uses_complete_pairs(tmp_path):
+    results = make_results({"a": 1.0}, n=7)
+    results.cases[0].samples["base"] = results.cases[0].samples["base"][:3]
+    results.cases[0].samples["candidate"] = results.cases[0].samples["candidate"][:4]
+    gate = compare.compare_ab(results, 0.03, 0.95)
+    (case,) = gate.cases
+    assert case.effect.n_base == 3 and "1 unpaired round" in case.notes[0]
+    assert case.verdict == compare.stats.Verdict.INCONCLUSIVE  # 3 pairs cannot bound a 95% interval
+
+
 def test_regret_uses_the_sweep():
     case = make_results({"a": 1.0}).cases[0]
     r = compare.regret(case)

@@ -15,6 +15,7 @@ import pytest
 from ci import tpot
 from ci.build import FileChange, TreeManifest, Trees
 from ci.errors import DataError, ServerError
+from ci.results import load_results
 from ci.server import Server, free_port
 
 HERE = Path(__file__).resolve().parent
@@ -35,9 +36,9 @@ def fake_tree(root: Path, *, moe_flag: bool = True) -> Path:
 @pytest.fixture
 def standin_trees(tmp_path, monkeypatch) -> Trees:
     monkeypatch.setenv("STANDIN_CHILD_PID_FILE", str(tmp_path / "child.pid"))
+    change = FileChange(path="vllm/x.py", sha256_before="a", sha256_after="b")
     manifest = TreeManifest(vllm_version="0.0.0", vllm_source="standin", patch_path="x.patch", patch_sha256="0",
-                            reverse=False, base="base", candidate="candidate",
-                            changed_files=(FileChange(path="vllm/x.py", sha256_before="a", sha256_after="b"),))  # fmt: skip
+                            reverse=False, base="base", candidate="candidate", changed_files=(change,))  # fmt: skip
     return Trees(manifest_path=tmp_path / "manifest.json", manifest=manifest,
                  base=fake_tree(tmp_path / "base"), candidate=fake_tree(tmp_path / "candidate"))  # fmt: skip
 
@@ -53,7 +54,8 @@ def test_serve_command_line(tmp_path):
             assert part not in joined, "the pr profile uses CUDA graphs"
         else:
             assert part in joined
-    single = " ".join(tpot.serve_argv(fake_tree(tmp_path / "u", moe_flag=False), QWEN, port=1, profile=tpot.PROFILES["pr"], dp=1, seed=0))  # fmt: skip
+    no_flag = fake_tree(tmp_path / "u", moe_flag=False)
+    single = " ".join(tpot.serve_argv(no_flag, QWEN, port=1, profile=tpot.PROFILES["pr"], dp=1, seed=0))
     assert "--data-parallel-size" not in single and "--moe-backend" not in single
 
 
@@ -71,8 +73,11 @@ def test_bench_command_line_and_env(tmp_path):
 
 
 def test_parse_recorded_bench_result():
+    """A file vllm bench serve (0.25.1) wrote on the H200 in this project (model paths made relative)."""
     r = tpot.parse_bench_result(HERE / "data" / "vllm-bench-serve-result.json", "base")
-    assert (r.median_tpot_ms, r.mean_tpot_ms, r.output_throughput, r.median_ttft_ms) == (11.66, 11.83, 382.3, 118.9)
+    assert r.completed == 64 and r.failed == 0
+    assert round(r.median_tpot_ms, 3) == 2.392 and round(r.mean_tpot_ms, 3) == 2.299
+    assert round(r.output_throughput) == 5668 and round(r.median_ttft_ms, 1) == 69.5
 
 
 def test_bad_bench_results_are_refused(tmp_path):
@@ -152,7 +157,11 @@ def test_ab_rounds_end_to_end(standin_trees, tmp_path, monkeypatch, mode):
     (standin_trees.candidate / "vllm" / "entrypoints" / "cli" / "main.py").write_text(
         "import os\nos.environ['STANDIN_TPOT'] = '8'\n" + (HERE / "standin_vllm.py").read_text()
     )
-    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", mode, 30)
+    saved = tmp_path / "out" / "partial.json"
+    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", mode, 30, save_to=saved)
+    assert load_results(saved).settings["complete"] is True  # saved after every round, last one complete
+    rebuilt = tpot.rounds_from_dir(tmp_path / "out")
+    assert [r.build for r in rebuilt] == tpot.round_order(3)
     (case,) = results.cases
     assert case.samples == {"base": [10.0] * 3, "candidate": [8.0] * 3}
     assert [r["build"] for r in case.extra["rounds"]] == tpot.round_order(3)

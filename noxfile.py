@@ -69,10 +69,15 @@ def _require_gpu(session: nox.Session) -> int:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Ruff (lint and format) over the gate's code."""
+    """Ruff over the code; zizmor and the GitHub JSON schemas over the workflows."""
     _install(session, "-r", "requirements/lint.txt")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("zizmor", "--offline", ".github/workflows")
+    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *workflows)
+    actions = sorted(str(p) for p in (ROOT / ".github" / "act-standins").glob("*/action.yml"))
+    session.run("check-jsonschema", "--builtin-schema", "vendor.github-actions", *actions)
 
 
 @nox.session
@@ -125,16 +130,21 @@ def gpu_tests(session: nox.Session) -> None:
 BENCH_RESULTS = OUT / "bench" / "kernel-results.json"
 
 
-@nox.session(default=False)
-def bench(session: nox.Session) -> None:
-    """Kernel benchmark: base vs candidate fused_marlin_moe under simulated EP on one GPU."""
+def _gpu_stage(session: nox.Session, module: str, results_name: str) -> None:
+    """The shape of the GPU stages: stop without a GPU, install, build trees, run ``module``."""
     _require_gpu(session)
     args = parse_session_args(session.posargs)
     _install_vllm_deps(session, args, gpu=True)
     _install(session, "-r", "requirements/test.txt")
     manifest = _build(session, args)
-    out = _out(session, args) / "kernel-results.json"
-    session.run(_python(session), "-m", "ci.bench", "--manifest", str(manifest), "--out", str(out), *args.rest)
+    out = _out(session, args) / results_name
+    session.run(_python(session), "-m", module, "--manifest", str(manifest), "--out", str(out), *args.rest)
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Kernel benchmark: base vs candidate fused_marlin_moe under simulated EP on one GPU."""
+    _gpu_stage(session, "ci.bench", BENCH_RESULTS.name)
 
 
 @nox.session(default=False)
@@ -162,10 +172,21 @@ def update_baselines(session: nox.Session) -> None:
 @nox.session(default=False)
 def tpot(session: nox.Session) -> None:
     """End-to-end TPOT A/B: vllm serve (dummy weights, DP/EP over this host's GPUs) + vllm bench serve."""
-    _require_gpu(session)
-    args = parse_session_args(session.posargs)
-    _install_vllm_deps(session, args, gpu=True)
-    _install(session, "-r", "requirements/test.txt")
-    manifest = _build(session, args)
-    out = _out(session, args) / "tpot-results.json"
-    session.run(_python(session), "-m", "ci.tpot", "--manifest", str(manifest), "--out", str(out), *args.rest)
+    _gpu_stage(session, "ci.tpot", "tpot-results.json")
+
+
+# Actions that act would fetch from the network, and the local stand-ins it uses instead.
+ACT_STANDINS = {
+    "actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065": ".github/act-standins/setup-python",
+    "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02": ".github/act-standins/upload-artifact",
+}
+
+
+@nox.session(default=False)
+def act(session: nox.Session) -> None:
+    """Run a workflow job locally with act on this host (default: the CPU job); args go to act."""
+    _install(session, "-r", "requirements/ci.txt")
+    args = list(session.posargs) or ["-W", ".github/workflows/cpu.yml", "-j", "tests"]
+    standins = [x for ref, path in ACT_STANDINS.items() for x in ("--local-repository", f"{ref}={ROOT / path}")]
+    platforms = ["-P", "ubuntu-latest=-self-hosted", "-P", "self-hosted=-self-hosted"]
+    session.run("act", "--no-cache-server", *platforms, *standins, *args, external=True)

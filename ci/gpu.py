@@ -10,13 +10,16 @@ CLI: ``python -m ci.gpu check`` (exit 6 and one line when there is no usable GPU
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from ci.cli import run_main
 from ci.errors import NoGPUError
@@ -163,6 +166,27 @@ def pin_xdist_worker() -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(chosen.index)
 
 
+OWN_PROCESS_MARKERS = ("vllm.entrypoints.cli.main", "VLLM::", "ci.bench", "ci.tpot")
+
+
+def own_leftovers() -> list[tuple[int, str]]:
+    """(pid, command) of this user's processes the gate starts (vllm servers and engines, benches)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        pid = int(proc.name)
+        if pid == os.getpid():
+            continue
+        try:
+            if proc.stat().st_uid != os.getuid():
+                continue
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if any(m in cmd for m in OWN_PROCESS_MARKERS):
+            found.append((pid, cmd))
+    return found
+
+
 def fingerprint() -> dict:
     """Driver and per-GPU facts for provenance."""
     driver, gpus = query()
@@ -183,10 +207,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         gpus = require_gpus()
         print(f"gpu: {len(gpus)} visible: " + ", ".join(f"{g.index}:{g.name}" for g in gpus))
         return 0
+    if args and args[0] == "leftovers":
+        for pid, cmd in own_leftovers():
+            print(f"gpu: leftover process {pid}: {cmd[:160]}")
+            if "--kill-own" in args:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        _, gpus = query()
+        for g in gpus:
+            print(f"gpu: GPU {g.index} {g.name}: {g.memory_used_mib} MiB in use after the job")
+        return 0
     if args == ["fingerprint"]:
         print(json.dumps(fingerprint(), indent=1))
         return 0
-    print("usage: python -m ci.gpu check|fingerprint", file=sys.stderr)
+    print("usage: python -m ci.gpu check|fingerprint|leftovers [--kill-own]", file=sys.stderr)
     return 2
 
 

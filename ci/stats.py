@@ -82,6 +82,20 @@ def _order_stat_interval(sorted_values: list[float], k: int) -> tuple[float, flo
     return sorted_values[k], sorted_values[len(sorted_values) - 1 - k]
 
 
+def _effect(sorted_logs: list[float], k: int, confidence: float, method: str, n_base: int, n_cand: int) -> Effect:
+    """The median of ``sorted_logs`` and its order-statistic interval, as ratios."""
+    lo, hi = _order_stat_interval(sorted_logs, k)
+    return Effect(
+        ratio=math.exp(statistics.median(sorted_logs)),
+        ci_low=math.exp(lo) if lo > -math.inf else 0.0,
+        ci_high=math.exp(hi) if hi < math.inf else math.inf,
+        confidence=confidence,
+        method=method,
+        n_base=n_base,
+        n_candidate=n_cand,
+    )
+
+
 def paired_effect(base: Sequence[float], cand: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> Effect:
     """Hodges-Lehmann paired log-ratio with the Wilcoxon signed-rank interval (normal approximation)."""
     if len(base) != len(cand) or not base:
@@ -93,16 +107,7 @@ def paired_effect(base: Sequence[float], cand: Sequence[float], confidence: floa
     walsh = sorted((d[i] + d[j]) / 2 for i in range(n) for j in range(i, n))
     sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
     k = math.floor(n * (n + 1) / 4 - _z(confidence) * sd)
-    lo, hi = _order_stat_interval(walsh, k)
-    return Effect(
-        ratio=math.exp(statistics.median(walsh)),
-        ci_low=math.exp(lo) if lo > -math.inf else 0.0,
-        ci_high=math.exp(hi) if hi < math.inf else math.inf,
-        confidence=confidence,
-        method=METHOD_PAIRED,
-        n_base=n,
-        n_candidate=n,
-    )
+    return _effect(walsh, k, confidence, METHOD_PAIRED, n, n)
 
 
 def unpaired_effect(base: Sequence[float], cand: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> Effect:
@@ -115,16 +120,7 @@ def unpaired_effect(base: Sequence[float], cand: Sequence[float], confidence: fl
     diffs = sorted(c - b for b in lb for c in lc)
     n, m = len(lb), len(lc)
     k = math.floor(n * m / 2 - _z(confidence) * math.sqrt(n * m * (n + m + 1) / 12))
-    lo, hi = _order_stat_interval(diffs, k)
-    return Effect(
-        ratio=math.exp(statistics.median(diffs)),
-        ci_low=math.exp(lo) if lo > -math.inf else 0.0,
-        ci_high=math.exp(hi) if hi < math.inf else math.inf,
-        confidence=confidence,
-        method=METHOD_UNPAIRED,
-        n_base=n,
-        n_candidate=m,
-    )
+    return _effect(diffs, k, confidence, METHOD_UNPAIRED, n, m)
 
 
 def decide(effect: Effect, threshold: float = DEFAULT_THRESHOLD) -> Verdict:

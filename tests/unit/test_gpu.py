@@ -1,0 +1,56 @@
+"""GPU detection and clean-up helpers, on a host without a GPU."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ci import gpu
+from ci.errors import NoGPUError
+
+
+def test_no_gpu_is_one_clear_error(monkeypatch):
+    monkeypatch.setattr(gpu, "query", lambda: ("", []))
+    with pytest.raises(NoGPUError, match="nox -s tests"):
+        gpu.require_gpus()
+
+
+def test_cuda_visible_devices_filters(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    assert gpu._visible_filter(4) == [1, 3]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpu._visible_filter(4) == []
+
+
+def test_busy_gpu_is_reported():
+    g = gpu.GpuInfo(index=0, name="NVIDIA H200", uuid="u", memory_total_mib=100, memory_used_mib=80)
+    assert gpu.busy_gpus([g]) and not gpu.busy_gpus([gpu.GpuInfo(**{**g.__dict__, "memory_used_mib": 10})])
+
+
+def test_slug_names_the_machine():
+    assert gpu.slug("NVIDIA H200", 8) == "nvidia-h200-x8"
+    assert gpu.slug("NVIDIA GeForce RTX 4090", 1) == "nvidia-geforce-rtx-4090-x1"
+
+
+def test_leftovers_finds_and_kills_own_vllm_processes():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "vllm.entrypoints.cli.main"])
+    try:
+        assert proc.pid in [pid for pid, _ in gpu.own_leftovers()]
+        assert gpu.main(["leftovers", "--kill-own"]) == 0
+        deadline = time.time() + 5
+        while proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is not None
+    finally:
+        proc.kill()
+
+
+def test_cli_check_exits_with_no_gpu_code(monkeypatch):
+    from ci.cli import run_main
+    from ci.errors import ExitCode
+
+    monkeypatch.setattr(gpu, "query", lambda: ("", []))
+    assert run_main(gpu.main, ["check"]) == ExitCode.NO_GPU

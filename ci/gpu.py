@@ -187,6 +187,15 @@ def own_leftovers() -> list[tuple[int, str]]:
     return found
 
 
+def kill_own_leftovers(only: set[int] | None = None) -> list[tuple[int, str]]:
+    """SIGKILL this user's leftover gate processes (or just those in ``only``); return what was found."""
+    found = [(pid, cmd) for pid, cmd in own_leftovers() if only is None or pid in only]
+    for pid, _ in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return found
+
+
 def fingerprint() -> dict:
     """Driver and per-GPU facts for provenance."""
     driver, gpus = query()
@@ -208,11 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu: {len(gpus)} visible: " + ", ".join(f"{g.index}:{g.name}" for g in gpus))
         return 0
     if args and args[0] == "leftovers":
-        for pid, cmd in own_leftovers():
-            print(f"gpu: leftover process {pid}: {cmd[:160]}")
-            if "--kill-own" in args:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        found = kill_own_leftovers() if "--kill-own" in args else own_leftovers()
+        for pid, cmd in found:
+            print(f"gpu: leftover process {pid}{' (killed)' if '--kill-own' in args else ''}: {cmd[:160]}")
         _, gpus = query()
         for g in gpus:
             print(f"gpu: GPU {g.index} {g.name}: {g.memory_used_mib} MiB in use after the job")

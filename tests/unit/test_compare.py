@@ -12,6 +12,13 @@ from ci import baselines, compare
 from ci.errors import ExitCode, UsageError
 from ci.results import BenchResults, CaseResult, load_results
 
+
+@pytest.fixture(autouse=True)
+def no_job_summary(monkeypatch):
+    """Keep these runs out of a real GitHub job summary (act and Actions set the variable)."""
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
 GPU = {"driver": "580", "count": 1, "gpus": [{"name": "NVIDIA H200", "index": 0}]}
 
 

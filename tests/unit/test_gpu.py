@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -35,11 +36,15 @@ def test_slug_names_the_machine():
     assert gpu.slug("NVIDIA GeForce RTX 4090", 1) == "nvidia-geforce-rtx-4090-x1"
 
 
-def test_leftovers_finds_and_kills_own_vllm_processes():
+def test_leftovers_finds_and_kills_own_vllm_processes(capsys):
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "vllm.entrypoints.cli.main"])
     try:
-        assert proc.pid in [pid for pid, _ in gpu.own_leftovers()]
-        assert gpu.main(["leftovers", "--kill-own"]) == 0
+        found = gpu.own_leftovers()
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+        assert proc.pid in [pid for pid, _ in found], f"{proc.pid} ({cmdline!r}) not among {found}"
+        assert gpu.main(["leftovers"]) == 0 and str(proc.pid) in capsys.readouterr().out
+        # kill only this test's process: other tests may run stand-in servers at the same time
+        assert [pid for pid, _ in gpu.kill_own_leftovers(only={proc.pid})] == [proc.pid]
         deadline = time.time() + 5
         while proc.poll() is None and time.time() < deadline:
             time.sleep(0.05)

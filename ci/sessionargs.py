@@ -11,7 +11,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-DEFAULT_VLLM = "0.25.1"
+from ci.build import DEFAULT_VLLM
 
 
 @dataclass(frozen=True, kw_only=True)

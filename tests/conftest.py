@@ -27,6 +27,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gate-summary", help="write a JSON summary of this run (with provenance) here")
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    from tests.ep_marlin.conftest import SEED
+
+    return f"ep-marlin gate: fixed seed {SEED} (GPU suite weights, routing, permutations)"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with a reason on CPU-only runs)")
     config.addinivalue_line("markers", "trees: needs the vLLM trees of --gate-manifest")

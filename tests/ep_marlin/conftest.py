@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 COUNT_PROPERTY = "block_size_cases"
+SEED = 1234  # every random weight, routing and permutation of the GPU suite derives from it
 
 
 @pytest.fixture(scope="session")

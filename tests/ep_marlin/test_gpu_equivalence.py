@@ -20,6 +20,7 @@ import torch
 
 from ci import moe_case as mc
 from ci.spec import BLOCK_SIZES_M, NON_EP
+from tests.ep_marlin.conftest import SEED
 from tests.ep_marlin.reference import max_abs, reference_moe, rel_l2
 
 pytestmark = pytest.mark.gpu
@@ -31,7 +32,6 @@ REFERENCE_BOUND = {torch.bfloat16: 2e-2, torch.float16: 5e-3}
 # Two kernel runs that differ only in tiling (block size, EP sharding, base vs candidate):
 # they round the same way up to accumulation order (measured ~2e-3 for EP sums in bf16).
 CONSISTENCY_BOUND = {torch.bfloat16: 1e-2, torch.float16: 2.5e-3}
-SEED = 1234
 
 SHAPES = {
     s.name: s

@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -170,8 +171,6 @@ class Runner:
         return Server(f"vllm serve ({build})", argv, port=port, log=self.out_dir / f"server-{build}.log", env=env)
 
     def bench(self, build: str, server: Server, tag: str, prompts: int) -> RoundResult:
-        import subprocess
-
         out = self.out_dir / f"bench-{tag}.json"
         argv = bench_argv(self.tree(build), self.model, port=server.port, profile=self.profile, prompts=prompts,
                           out=out, seed=self.seed)  # fmt: skip

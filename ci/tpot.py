@@ -7,7 +7,11 @@ tokenizer in ``ci/models/tokenizer``. With N > 1 GPUs the server runs
 ``--moe-backend marlin`` where the tree's vLLM has that flag (recorded either way).
 
 Rounds alternate builds (base, candidate, candidate, base, ...); each round is one
-``vllm bench serve`` run and contributes its median TPOT. Both servers stay up side by side
+``vllm bench serve`` run and contributes its median TPOT. By default one client process
+(``ci/bench_client.py``: vLLM's own ``vllm.benchmarks.serve``, imported once, from the base
+tree) runs every round, so a round costs its measurement and not a vLLM import; the same
+instrument measures both builds. ``--bench-client cli`` runs the ``vllm bench serve`` command
+from the measured build's tree instead, one process per round. Both servers stay up side by side
 (``--server-mode concurrent``, each given a share of GPU memory, started one after the
 other) or are started anew for every round (``sequential``). Results use the kernel
 benchmark's schema, so ``ci.compare`` judges them with the same statistics.
@@ -18,8 +22,10 @@ Usage: ``python -m ci.tpot --manifest M [--model qwen3-30b-a3b-like] [--profile 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -31,14 +37,21 @@ from pathlib import Path
 from ci import gpu, provenance
 from ci.build import Trees, load_trees
 from ci.cli import run_main
-from ci.errors import DataError, NoGPUError, UsageError
+from ci.errors import DataError, MissingDependencyError, NoGPUError, ServerError, UsageError
 from ci.results import BenchResults, CaseResult
-from ci.server import Server, free_port
+from ci.server import Server, free_port, log_tail
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 TOKENIZER_DIR = MODELS_DIR / "tokenizer"
 DEFAULT_PORT = 18000
 BUILDS = ("base", "candidate")
+CLIENTS = {
+    "inprocess": "one ci/bench_client.py process (vllm.benchmarks.serve of the base tree) for every round",
+    "cli": "one vllm bench serve command per round, from the measured build's tree",
+}
+CLIENT_SCRIPT = Path(__file__).resolve().parent / "bench_client.py"
+CLIENT_IMPORT_TIMEOUT_S = 600.0
+ROUND_TIMEOUT_S = 3600.0  # one vllm bench serve run; the nightly profile takes a few minutes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +69,7 @@ class Profile:
 
 
 PROFILES = {
-    "pr": Profile(input_len=256, output_len=128, concurrency=16, prompts=256, rounds=6, warmup_prompts=16,
+    "pr": Profile(input_len=256, output_len=128, concurrency=16, prompts=256, rounds=8, warmup_prompts=32,
                   max_model_len=1024, gpu_memory_fraction=0.4),
     "nightly": Profile(input_len=1024, output_len=1024, concurrency=64, prompts=640, rounds=6, warmup_prompts=64,
                        max_model_len=4096, gpu_memory_fraction=0.4),
@@ -110,21 +123,90 @@ def serve_argv(tree: Path, model: Path, *, port: int, profile: Profile, dp: int,
             "--host", "127.0.0.1", "--seed", str(seed), "--max-model-len", str(profile.max_model_len),
             "--gpu-memory-utilization", str(profile.gpu_memory_fraction),
             "--max-num-seqs", str(max(profile.concurrency, 1)),
+            # every round repeats the same prompts (same seed): without prefix caching each round
+            # does the same work, instead of the first one filling the cache for the rest
+            "--no-enable-prefix-caching",
             "--compilation-config", profile.compilation_config]  # fmt: skip
     if dp > 1:
         argv += ["--data-parallel-size", str(dp), "--enable-expert-parallel"]
     return argv + moe_backend_flag(tree)
 
 
-def bench_argv(
-    tree: Path, model: Path, *, port: int, profile: Profile, prompts: int, out: Path, seed: int
-) -> list[str]:
-    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "vllm",
-            "--model", str(model), "--tokenizer", str(TOKENIZER_DIR), "--base-url", f"http://127.0.0.1:{port}",
-            "--dataset-name", "random", "--random-input-len", str(profile.input_len),
-            "--random-output-len", str(profile.output_len), "--max-concurrency", str(profile.concurrency),
-            "--num-prompts", str(prompts), "--ignore-eos", "--seed", str(seed), "--save-result",
+def bench_args(model: Path, *, port: int, profile: Profile, prompts: int, out: Path, seed: int) -> list[str]:
+    """The arguments of ``vllm bench serve`` for one round (greedy, fixed lengths, same prompts each round)."""
+    return ["--backend", "vllm", "--model", str(model), "--tokenizer", str(TOKENIZER_DIR),
+            "--base-url", f"http://127.0.0.1:{port}", "--dataset-name", "random",
+            "--random-input-len", str(profile.input_len), "--random-output-len", str(profile.output_len),
+            "--max-concurrency", str(profile.concurrency), "--num-prompts", str(prompts), "--ignore-eos",
+            "--temperature", "0", "--disable-tqdm", "--seed", str(seed), "--save-result",
             "--result-dir", str(out.parent), "--result-filename", out.name]  # fmt: skip
+
+
+def bench_argv(model: Path, **kw) -> list[str]:
+    """The ``vllm bench serve`` command line (``--bench-client cli``; the tree comes from its PYTHONPATH)."""
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", *bench_args(model, **kw)]
+
+
+class BenchClient:
+    """``ci/bench_client.py`` in its own process: vLLM's bench client imported once, one round per request.
+
+    Rounds are sent as the argument lists of ``vllm bench serve``; a failed round, a client that
+    dies or hangs, is an error naming the client's log."""
+
+    def __init__(self, tree: Path, log: Path) -> None:
+        self.tree, self.log = tree, log
+        self.proc: subprocess.Popen | None = None
+        self.import_s: float | None = None
+
+    def start(self) -> BenchClient:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen([sys.executable, str(CLIENT_SCRIPT), "--log", str(self.log)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     env=server_env(self.tree), start_new_session=True)  # fmt: skip
+        return self
+
+    def _reply(self, what: str, timeout_s: float) -> dict:
+        assert self.proc is not None and self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            state = f"exited with code {self.proc.poll()}" if ready else f"gave no answer in {timeout_s:.0f} s"
+            raise ServerError(f"the bench client ({what}) {state}; last lines of {self.log}:\n{log_tail(self.log)}")
+        return json.loads(line)
+
+    def wait_ready(self) -> float:
+        if self.import_s is None:
+            answer = self._reply("importing vllm.benchmarks.serve", CLIENT_IMPORT_TIMEOUT_S)
+            if not answer.get("ready"):
+                raise MissingDependencyError(
+                    f"{answer.get('error')} (tree {self.tree}); this vLLM may predate vllm.benchmarks.serve: "
+                    f"use --bench-client cli; details in {self.log}"
+                )
+            self.import_s = float(answer["import_s"])
+        return self.import_s
+
+    def run(self, args: list[str], tag: str) -> None:
+        self.wait_ready()
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"argv": args, "tag": tag}) + "\n")
+        self.proc.stdin.flush()
+        answer = self._reply(tag, ROUND_TIMEOUT_S)
+        if not answer.get("ok"):
+            raise DataError(f"vllm bench serve ({tag}) failed: {answer.get('error')}; see {self.log}")
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()  # the client's loop ends at end of input
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
+        self.proc.stdout.close()
+        self.proc = None
 
 
 def parse_bench_result(path: Path, build: str) -> RoundResult:
@@ -161,6 +243,7 @@ class Runner:
     out_dir: Path
     health_timeout_s: float
     seed: int = 0
+    client: BenchClient | None = None  # None: one ``vllm bench serve`` command per round
 
     def tree(self, build: str) -> Path:
         return self.trees.base if build == "base" else self.trees.candidate
@@ -172,14 +255,21 @@ class Runner:
 
     def bench(self, build: str, server: Server, tag: str, prompts: int) -> RoundResult:
         out = self.out_dir / f"bench-{tag}.json"
-        argv = bench_argv(self.tree(build), self.model, port=server.port, profile=self.profile, prompts=prompts,
-                          out=out, seed=self.seed)  # fmt: skip
-        log = self.out_dir / f"bench-{tag}.log"
-        with open(log, "wb") as fh:
-            done = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, env=server_env(self.tree(build)))
-        server.check_alive()
-        if done.returncode != 0:
-            raise DataError(f"vllm bench serve ({tag}) exited with {done.returncode}; see {log}")
+        kw = {"port": server.port, "profile": self.profile, "prompts": prompts, "out": out, "seed": self.seed}
+        out.unlink(missing_ok=True)  # a file left by an earlier run must not pass for this round's
+        if self.client is not None:
+            try:
+                self.client.run(bench_args(self.model, **kw), tag)
+            finally:
+                server.check_alive()
+        else:
+            log = self.out_dir / f"bench-{tag}.log"
+            with open(log, "wb") as fh:
+                argv = bench_argv(self.model, **kw)
+                done = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, env=server_env(self.tree(build)))
+            server.check_alive()
+            if done.returncode != 0:
+                raise DataError(f"vllm bench serve ({tag}) exited with {done.returncode}; see {log}")
         return parse_bench_result(out, build)
 
 
@@ -190,6 +280,8 @@ def run_rounds(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundResu
     so an interrupted run keeps what it measured)."""
     started, rounds, startup = time.time(), [], {}
     servers: dict[str, Server] = {}
+    if runner.client is not None:
+        runner.client.start()  # imports vLLM while the first server starts
     try:
         for i, build in enumerate(round_order(runner.profile.rounds)):
             if build not in servers:
@@ -200,6 +292,9 @@ def run_rounds(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundResu
                 servers[build] = runner.server(build, port).start()
                 startup[build] = round(servers[build].wait_healthy(runner.health_timeout_s), 1)
                 print(f"tpot: {build} server healthy after {startup[build]} s on port {port}", flush=True)
+                if runner.client is not None and "bench-client" not in startup:
+                    startup["bench-client"] = runner.client.wait_ready()
+                    print(f"tpot: bench client ready (vLLM imported in {startup['bench-client']} s)", flush=True)
                 runner.bench(build, servers[build], f"{build}-warmup-{i}", runner.profile.warmup_prompts)
             result = runner.bench(build, servers[build], f"{i:02d}-{build}", runner.profile.prompts)
             rounds.append(result)
@@ -217,11 +312,13 @@ def run_rounds(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundResu
     finally:
         for s in servers.values():
             s.stop()
+        if runner.client is not None:
+            runner.client.close()
     return rounds, startup
 
 
-def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mode: str,
-                        rounds: list[RoundResult], startup: dict) -> BenchResults:  # fmt: skip
+def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mode: str, rounds: list[RoundResult],
+                        startup: dict, client: str = "inprocess") -> BenchResults:  # fmt: skip
     """The results file of a TPOT A/B: one case, the median TPOT of each round as its samples."""
     profile = PROFILES[profile_name]
     complete = len(rounds) == 2 * profile.rounds
@@ -236,6 +333,7 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
             "profile": asdict(profile),
             "moe_backend_flag": moe_backend_flag(trees.base) or "none (auto)",
             "server_mode": mode,
+            "bench_client": CLIENTS[client],
         },
         extra={"rounds": [asdict(r) for r in rounds], "startup_s": startup},
     )
@@ -255,15 +353,18 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
 
 
 def run_tpot(trees: Trees, model: str, profile_name: str, dp: int, out_dir: Path, mode: str, timeout: float,
-             save_to: Path | None = None) -> BenchResults:  # fmt: skip
-    runner = Runner(trees, model_dir(model), PROFILES[profile_name], dp, out_dir, timeout)
+             save_to: Path | None = None, client: str = "inprocess") -> BenchResults:  # fmt: skip
+    bench_client = BenchClient(trees.base, out_dir / "bench-client.log") if client == "inprocess" else None
+    runner = Runner(trees, model_dir(model), PROFILES[profile_name], dp, out_dir, timeout, client=bench_client)
+
+    def results(rounds, startup):
+        return results_from_rounds(trees, model, profile_name, dp, mode, rounds, startup, client)
 
     def save(rounds, startup):
         if save_to is not None:
-            results_from_rounds(trees, model, profile_name, dp, mode, rounds, startup).save(save_to)
+            results(rounds, startup).save(save_to)
 
-    rounds, startup = run_rounds(runner, mode, on_round=save)
-    return results_from_rounds(trees, model, profile_name, dp, mode, rounds, startup)
+    return results(*run_rounds(runner, mode, on_round=save))
 
 
 def rounds_from_dir(directory: Path) -> list[RoundResult]:
@@ -281,6 +382,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", choices=sorted(PROFILES), default="pr")
     parser.add_argument("--dp", type=int, help="data-parallel size = EP size (default: every visible GPU)")
     parser.add_argument("--server-mode", choices=("concurrent", "sequential"), default="concurrent")
+    parser.add_argument(
+        "--bench-client",
+        choices=sorted(CLIENTS),
+        default="inprocess",
+        help="; ".join(f"{k}: {v}" for k, v in CLIENTS.items()),
+    )
     parser.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health")
     parser.add_argument("--out", type=Path, required=True, help="results file; logs go beside it")
     parser.add_argument("--from-rounds", type=Path, help="rebuild the results of an interrupted run from its folder")
@@ -289,7 +396,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     trees = load_trees(args.manifest)
     if args.from_rounds:
         rounds = rounds_from_dir(args.from_rounds)
-        results = results_from_rounds(trees, args.model, args.profile, args.dp_of_rounds, args.server_mode, rounds, {})
+        results = results_from_rounds(trees, args.model, args.profile, args.dp_of_rounds, args.server_mode, rounds, {},
+                                      args.bench_client)  # fmt: skip
         results.save(args.out)
         print(f"tpot: {len(rounds)} rounds from {args.from_rounds} written to {args.out}")
         return 0
@@ -299,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise NoGPUError(f"--dp {dp} needs {dp} GPUs; {len(gpus)} visible")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: servers stop
     results = run_tpot(trees, args.model, args.profile, dp, args.out.parent, args.server_mode, args.health_timeout,
-                       save_to=args.out)  # fmt: skip
+                       save_to=args.out, client=args.bench_client)  # fmt: skip
     results.save(args.out)
     print(f"tpot: results written to {args.out}")
     return 0

@@ -1,21 +1,33 @@
-"""A stand-in for ``python -m vllm.entrypoints.cli.main``: just enough of `serve` and `bench serve`.
+"""A stand-in for vLLM's ``serve`` and ``bench serve``: just enough for the TPOT stage's tests.
 
-Installed into fake vLLM trees by the TPOT tests. Behaviour is set by environment variables:
-STANDIN_MODE (ok | die | never-healthy), STANDIN_TPOT (ms), STANDIN_DELAY (s before healthy).
-`serve` also starts a child process, so the tests can check the whole group is stopped.
+Installed into fake vLLM trees by the TPOT tests, twice: as ``vllm/entrypoints/cli/main.py``
+(the ``vllm serve`` / ``vllm bench serve`` commands) and as ``vllm/benchmarks/serve.py``
+(``add_cli_args`` and ``main``, which ``ci/bench_client.py`` imports). Behaviour is set by
+environment variables: STANDIN_MODE (ok | die | never-healthy), STANDIN_TPOT (ms, the
+server's), STANDIN_DELAY (s before healthy), STANDIN_BENCH (ok | fail). The bench asks the
+server for its TPOT, so a result says which server it measured. `serve` also starts a child
+process, so the tests can check the whole group is stopped.
 """
 
+import argparse
 import http.server
 import json
 import os
 import subprocess
 import sys
 import time
+import urllib.request
+
+VALUE_FLAGS = ("--backend", "--model", "--tokenizer", "--base-url", "--dataset-name", "--random-input-len",
+               "--random-output-len", "--max-concurrency", "--num-prompts", "--seed", "--result-dir",
+               "--result-filename", "--temperature")  # fmt: skip
+SWITCHES = ("--ignore-eos", "--save-result", "--disable-tqdm")
 
 
 def serve(argv):
     port = int(argv[argv.index("--port") + 1])
     mode = os.environ.get("STANDIN_MODE", "ok")
+    tpot = os.environ.get("STANDIN_TPOT", "10")
     print(f"standin serve on {port}, mode {mode}, args {argv}", flush=True)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     with open(os.environ["STANDIN_CHILD_PID_FILE"], "w") as fh:
@@ -27,6 +39,11 @@ def serve(argv):
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
+            if self.path == "/standin-tpot":
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(tpot.encode())
+                return
             healthy = self.path == "/health" and mode != "never-healthy"
             self.send_response(200 if healthy else 503)
             self.end_headers()
@@ -37,15 +54,25 @@ def serve(argv):
     http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
 
 
-def bench(argv):
-    out_dir = argv[argv.index("--result-dir") + 1]
-    name = argv[argv.index("--result-filename") + 1]
-    tpot = float(os.environ.get("STANDIN_TPOT", "10"))
-    n = int(argv[argv.index("--num-prompts") + 1])
+def add_cli_args(parser):
+    for flag in VALUE_FLAGS:
+        parser.add_argument(flag)
+    for flag in SWITCHES:
+        parser.add_argument(flag, action="store_true")
+
+
+def main(args):
+    if os.environ.get("STANDIN_BENCH") == "fail":
+        raise RuntimeError("standin bench: all requests failed")
+    with urllib.request.urlopen(f"{args.base_url}/standin-tpot", timeout=10) as resp:
+        tpot = float(resp.read())
+    n = int(args.num_prompts)
     result = {"completed": n, "failed": 0, "median_tpot_ms": tpot, "mean_tpot_ms": tpot * 1.01,
               "median_ttft_ms": 50.0, "output_throughput": 1000.0 / tpot}  # fmt: skip
-    with open(os.path.join(out_dir, name), "w") as fh:
+    print(f"standin bench: {n} prompts against {args.base_url}, median TPOT {tpot} ms", flush=True)
+    with open(os.path.join(args.result_dir, args.result_filename), "w") as fh:
         json.dump(result, fh)
+    return result
 
 
 if __name__ == "__main__":
@@ -53,6 +80,8 @@ if __name__ == "__main__":
     if args[:1] == ["serve"]:
         serve(args[1:])
     elif args[:2] == ["bench", "serve"]:
-        bench(args[2:])
+        parser = argparse.ArgumentParser(prog="vllm bench serve")
+        add_cli_args(parser)
+        main(parser.parse_args(args[2:]))
     else:
         sys.exit(f"standin: unsupported {args}")

@@ -22,12 +22,20 @@ HERE = Path(__file__).resolve().parent
 QWEN = tpot.model_dir("qwen3-30b-a3b-like")
 
 
-def fake_tree(root: Path, *, moe_flag: bool = True) -> Path:
+def fake_tree(root: Path, *, moe_flag: bool = True, bench_module: bool = True) -> Path:
     cli = root / "vllm" / "entrypoints" / "cli"
     cli.mkdir(parents=True)
     for pkg in (root / "vllm", root / "vllm" / "entrypoints", cli):
         (pkg / "__init__.py").write_text("")
     shutil.copy(HERE / "standin_vllm.py", cli / "main.py")
+    if bench_module:
+        for sub in ("benchmarks", "utils"):
+            (root / "vllm" / sub).mkdir()
+            (root / "vllm" / sub / "__init__.py").write_text("")
+        shutil.copy(HERE / "standin_vllm.py", root / "vllm" / "benchmarks" / "serve.py")
+        (root / "vllm" / "utils" / "argparse_utils.py").write_text(
+            "from argparse import ArgumentParser as FlexibleArgumentParser  # noqa: F401\n"
+        )
     (root / "vllm" / "engine").mkdir()
     (root / "vllm" / "engine" / "arg_utils.py").write_text('add("--moe-backend")\n' if moe_flag else "")
     return root
@@ -49,7 +57,8 @@ def test_serve_command_line(tmp_path):
     assert argv[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", str(QWEN)]
     joined = " ".join(argv)
     for part in ("--load-format dummy", "--port 18001", "--data-parallel-size 4", "--enable-expert-parallel",
-                 "--moe-backend marlin", "--seed 3", "--gpu-memory-utilization 0.4", "--enforce-eager"):  # fmt: skip
+                 "--moe-backend marlin", "--seed 3", "--gpu-memory-utilization 0.4", "--no-enable-prefix-caching",
+                 "--enforce-eager"):  # fmt: skip
         if part == "--enforce-eager":
             assert part not in joined, "the pr profile uses CUDA graphs"
         else:
@@ -62,11 +71,14 @@ def test_serve_command_line(tmp_path):
 def test_bench_command_line_and_env(tmp_path):
     tree = fake_tree(tmp_path / "t")
     out = tmp_path / "r.json"
-    argv = tpot.bench_argv(tree, QWEN, port=5, profile=tpot.PROFILES["nightly"], prompts=640, out=out, seed=0)
+    argv = tpot.bench_argv(QWEN, port=5, profile=tpot.PROFILES["nightly"], prompts=640, out=out, seed=0)
     joined = " ".join(argv)
     for part in ("bench serve", "--dataset-name random", "--random-input-len 1024", "--random-output-len 1024",
-                 "--max-concurrency 64", "--num-prompts 640", "--ignore-eos", "--save-result"):  # fmt: skip
+                 "--max-concurrency 64", "--num-prompts 640", "--ignore-eos", "--temperature 0", "--save-result",
+                 f"--result-dir {tmp_path} --result-filename r.json"):  # fmt: skip
         assert part in joined
+    # the in-process client gets the same arguments, without the command
+    assert argv[5:] == tpot.bench_args(QWEN, port=5, profile=tpot.PROFILES["nightly"], prompts=640, out=out, seed=0)
     env = tpot.server_env(tree)
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tree)
     assert env["NCCL_NVLS_ENABLE"] == "0" and env["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
@@ -148,17 +160,24 @@ def test_port_in_use_is_refused(standin_trees, tmp_path):
             server.start()
 
 
-@pytest.mark.parametrize("mode", ["concurrent", "sequential"])
-def test_ab_rounds_end_to_end(standin_trees, tmp_path, monkeypatch, mode):
-    """Both servers from their own trees; the candidate's stand-in reports a 20% lower TPOT."""
+def _tiny_profile(monkeypatch):
     monkeypatch.setattr(tpot, "PROFILES", {**tpot.PROFILES, "t": tpot.Profile(
         input_len=8, output_len=8, concurrency=1, prompts=2, rounds=3, warmup_prompts=1, max_model_len=64,
         gpu_memory_fraction=0.1)})  # fmt: skip
+
+
+@pytest.mark.parametrize(("mode", "client"), [("concurrent", "inprocess"), ("sequential", "inprocess"),
+                                              ("concurrent", "cli")])  # fmt: skip
+def test_ab_rounds_end_to_end(standin_trees, tmp_path, monkeypatch, mode, client):
+    """Both servers from their own trees; the candidate's stand-in server runs 20% faster, and the
+    client (one process for all rounds, or one command per round) must measure each server."""
+    _tiny_profile(monkeypatch)
     (standin_trees.candidate / "vllm" / "entrypoints" / "cli" / "main.py").write_text(
         "import os\nos.environ['STANDIN_TPOT'] = '8'\n" + (HERE / "standin_vllm.py").read_text()
     )
     saved = tmp_path / "out" / "partial.json"
-    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", mode, 30, save_to=saved)
+    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", mode, 30, save_to=saved,
+                            client=client)  # fmt: skip
     assert load_results(saved).settings["complete"] is True  # saved after every round, last one complete
     rebuilt = tpot.rounds_from_dir(tmp_path / "out")
     assert [r.build for r in rebuilt] == tpot.round_order(3)
@@ -166,6 +185,14 @@ def test_ab_rounds_end_to_end(standin_trees, tmp_path, monkeypatch, mode):
     assert case.samples == {"base": [10.0] * 3, "candidate": [8.0] * 3}
     assert [r["build"] for r in case.extra["rounds"]] == tpot.round_order(3)
     assert case.info["moe_backend_flag"] == ["--moe-backend", "marlin"]
+    assert case.info["bench_client"] == tpot.CLIENTS[client]
+    client_log = tmp_path / "out" / "bench-client.log"
+    runs = 6 + (2 if mode == "concurrent" else 6)  # rounds, and a warm-up per server start
+    if client == "inprocess":  # one process ran them all
+        assert client_log.read_text().count("standin bench: ") == runs
+        assert not list((tmp_path / "out").glob("bench-*-*.log"))
+    else:
+        assert not client_log.exists() and len(list((tmp_path / "out").glob("bench-*.log"))) == runs
     assert results.kind == "tpot-bench" and results.suite == "qwen3-30b-a3b-like-dp1-t"
     assert "--load-format dummy" in (tmp_path / "out" / "server-base.log").read_text().replace("', '", " ")
 
@@ -175,3 +202,29 @@ def test_unknown_model_is_a_usage_error():
 
     with pytest.raises(UsageError, match="qwen3-30b-a3b-like"):
         tpot.model_dir("llama")
+
+
+def test_failed_round_is_an_error_and_servers_stop(standin_trees, tmp_path, monkeypatch):
+    _tiny_profile(monkeypatch)
+    monkeypatch.setenv("STANDIN_BENCH", "fail")
+    with pytest.raises(DataError, match="all requests failed") as err:
+        tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", "concurrent", 30)
+    assert "bench-client.log" in str(err.value)
+    assert "RuntimeError: standin bench" in (tmp_path / "out" / "bench-client.log").read_text()
+    child = int((tmp_path / "child.pid").read_text())
+    deadline = time.time() + 10
+    while _alive(child) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child), "the server outlived the failed round"
+
+
+def test_client_of_a_vllm_without_the_bench_module_says_what_to_do(tmp_path):
+    from ci.errors import MissingDependencyError
+
+    client = tpot.BenchClient(fake_tree(tmp_path / "old", bench_module=False), tmp_path / "c.log").start()
+    try:
+        with pytest.raises(MissingDependencyError, match="use --bench-client cli"):
+            client.wait_ready()
+    finally:
+        client.close()
+    assert "ModuleNotFoundError" in (tmp_path / "c.log").read_text()

@@ -56,6 +56,9 @@ def record(results_path: Path, root: Path = DEFAULT_DIR, *, force: bool = False)
     results = load_results(results_path)
     if results.gpu_key()[1] == 0:
         raise UsageError(f"{results_path} names no GPU in its provenance; only GPU runs can be baselines")
+    if results.settings.get("aa"):
+        raise UsageError(f"{results_path} is an A/A run (the base build against itself): it measures noise, "
+                         "not a build; record the results of an A/B run instead")  # fmt: skip
     path = baseline_path(results, root)
     if path.exists() and not force:
         raise UsageError(f"{path} exists; pass --force to replace it (the old one is kept in git history)")

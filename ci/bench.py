@@ -244,6 +244,7 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
             "warmup_replays": WARMUP_REPLAYS,
             "timer": "CUDA events around a CUDA-graph replay",
             "wall_time_s": round(time.time() - started, 1),
+            "aa": aa,
             "candidate": "base (A/A run)" if aa else "candidate tree",
         },
         cases=results,

@@ -43,6 +43,7 @@ class GpuInfo:
     mem_clock_mhz: int | None = None
     power_limit_w: float | None = None
     temperature_c: int | None = None
+    power_draw_w: float | None = None
     processes: int | None = None
 
 
@@ -83,6 +84,7 @@ def _query_nvml() -> tuple[str, list[GpuInfo]] | None:
 
             procs = opt(pynvml.nvmlDeviceGetComputeRunningProcesses)
             power = opt(pynvml.nvmlDeviceGetPowerManagementLimit)
+            draw = opt(pynvml.nvmlDeviceGetPowerUsage)
             gpus.append(
                 GpuInfo(
                     index=i,
@@ -95,6 +97,7 @@ def _query_nvml() -> tuple[str, list[GpuInfo]] | None:
                     mem_clock_mhz=opt(pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_MEM),
                     power_limit_w=None if power is None else power / 1000,
                     temperature_c=opt(pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU),
+                    power_draw_w=None if draw is None else draw / 1000,
                     processes=None if procs is None else len(procs),
                 )
             )
@@ -135,6 +138,49 @@ def query() -> tuple[str, list[GpuInfo]]:
         if smi[1]:
             return smi
     return found or ("", [])
+
+
+class StateSampler:
+    """``with StateSampler() as s: ...`` samples the GPUs' SM clock, power draw and temperature
+    and the host's load once a second in a thread; ``s.summary()`` gives their medians. It
+    explains a slow benchmark round (a clock that dropped, a host that was busy) and never
+    fails the run: with no GPU or no NVML the GPU fields are simply absent."""
+
+    def __init__(self, period_s: float = 1.0) -> None:
+        import threading
+
+        self.period_s, self.samples = period_s, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                gpus = query()[1]
+            except Exception:  # a sampler must not break the run it watches
+                gpus = []
+            self.samples.append((gpus, os.getloadavg()[0]))
+            self._stop.wait(self.period_s)
+
+    def __enter__(self) -> StateSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def summary(self) -> dict:
+        def median(xs):
+            xs = sorted(x for x in xs if x is not None)
+            return xs[len(xs) // 2] if xs else None
+
+        out: dict = {"samples": len(self.samples), "load_1min": median(load for _, load in self.samples)}
+        indices = sorted({g.index for gpus, _ in self.samples for g in gpus})
+        for field in ("sm_clock_mhz", "power_draw_w", "temperature_c"):
+            out[field] = [median(getattr(g, field) for gpus, _ in self.samples for g in gpus if g.index == i)
+                          for i in indices]  # fmt: skip
+        return out
 
 
 def require_gpus() -> list[GpuInfo]:

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ci import gpu, provenance
@@ -69,7 +69,7 @@ class Profile:
 
 
 PROFILES = {
-    "pr": Profile(input_len=256, output_len=128, concurrency=16, prompts=256, rounds=8, warmup_prompts=32,
+    "pr": Profile(input_len=256, output_len=128, concurrency=16, prompts=256, rounds=8, warmup_prompts=256,
                   max_model_len=1024, gpu_memory_fraction=0.4),
     "nightly": Profile(input_len=1024, output_len=1024, concurrency=64, prompts=640, rounds=6, warmup_prompts=64,
                        max_model_len=4096, gpu_memory_fraction=0.4),
@@ -87,6 +87,7 @@ class RoundResult:
     output_throughput: float
     completed: int
     failed: int
+    machine: dict | None = None  # GPU clock, power, temperature and host load during the round (medians)
 
 
 def models() -> list[str]:
@@ -244,9 +245,10 @@ class Runner:
     health_timeout_s: float
     seed: int = 0
     client: BenchClient | None = None  # None: one ``vllm bench serve`` command per round
+    aa: bool = False  # A/A: the "candidate" server runs the base tree too
 
     def tree(self, build: str) -> Path:
-        return self.trees.base if build == "base" else self.trees.candidate
+        return self.trees.base if build == "base" or self.aa else self.trees.candidate
 
     def server(self, build: str, port: int) -> Server:
         argv = serve_argv(self.tree(build), self.model, port=port, profile=self.profile, dp=self.dp, seed=self.seed)
@@ -257,20 +259,22 @@ class Runner:
         out = self.out_dir / f"bench-{tag}.json"
         kw = {"port": server.port, "profile": self.profile, "prompts": prompts, "out": out, "seed": self.seed}
         out.unlink(missing_ok=True)  # a file left by an earlier run must not pass for this round's
-        if self.client is not None:
-            try:
-                self.client.run(bench_args(self.model, **kw), tag)
-            finally:
+        with gpu.StateSampler() as machine:
+            if self.client is not None:
+                try:
+                    self.client.run(bench_args(self.model, **kw), tag)
+                finally:
+                    server.check_alive()
+            else:
+                log = self.out_dir / f"bench-{tag}.log"
+                with open(log, "wb") as fh:
+                    argv = bench_argv(self.model, **kw)
+                    env = server_env(self.tree(build))
+                    done = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
                 server.check_alive()
-        else:
-            log = self.out_dir / f"bench-{tag}.log"
-            with open(log, "wb") as fh:
-                argv = bench_argv(self.model, **kw)
-                done = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, env=server_env(self.tree(build)))
-            server.check_alive()
-            if done.returncode != 0:
-                raise DataError(f"vllm bench serve ({tag}) exited with {done.returncode}; see {log}")
-        return parse_bench_result(out, build)
+                if done.returncode != 0:
+                    raise DataError(f"vllm bench serve ({tag}) exited with {done.returncode}; see {log}")
+        return replace(parse_bench_result(out, build), machine=machine.summary())
 
 
 def run_rounds(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundResult], dict]:
@@ -318,7 +322,7 @@ def run_rounds(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundResu
 
 
 def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mode: str, rounds: list[RoundResult],
-                        startup: dict, client: str = "inprocess") -> BenchResults:  # fmt: skip
+                        startup: dict, client: str = "inprocess", aa: bool = False) -> BenchResults:  # fmt: skip
     """The results file of a TPOT A/B: one case, the median TPOT of each round as its samples."""
     profile = PROFILES[profile_name]
     complete = len(rounds) == 2 * profile.rounds
@@ -347,18 +351,20 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
             "server_mode": mode,
             "complete": complete,
             "rounds_done": len(rounds),
+            "aa": aa,
+            "candidate": "base (A/A run)" if aa else "candidate tree",
         },
         cases=[case],
     )
 
 
 def run_tpot(trees: Trees, model: str, profile_name: str, dp: int, out_dir: Path, mode: str, timeout: float,
-             save_to: Path | None = None, client: str = "inprocess") -> BenchResults:  # fmt: skip
+             save_to: Path | None = None, client: str = "inprocess", aa: bool = False) -> BenchResults:  # fmt: skip
     bench_client = BenchClient(trees.base, out_dir / "bench-client.log") if client == "inprocess" else None
-    runner = Runner(trees, model_dir(model), PROFILES[profile_name], dp, out_dir, timeout, client=bench_client)
+    runner = Runner(trees, model_dir(model), PROFILES[profile_name], dp, out_dir, timeout, client=bench_client, aa=aa)
 
     def results(rounds, startup):
-        return results_from_rounds(trees, model, profile_name, dp, mode, rounds, startup, client)
+        return results_from_rounds(trees, model, profile_name, dp, mode, rounds, startup, client, aa)
 
     def save(rounds, startup):
         if save_to is not None:
@@ -389,6 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="; ".join(f"{k}: {v}" for k, v in CLIENTS.items()),
     )
     parser.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health")
+    parser.add_argument("--aa", action="store_true", help="A/A run: both servers run the base tree (the noise floor)")
     parser.add_argument("--out", type=Path, required=True, help="results file; logs go beside it")
     parser.add_argument("--from-rounds", type=Path, help="rebuild the results of an interrupted run from its folder")
     parser.add_argument("--dp-of-rounds", type=int, default=1, help="with --from-rounds: the DP size that run used")
@@ -397,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.from_rounds:
         rounds = rounds_from_dir(args.from_rounds)
         results = results_from_rounds(trees, args.model, args.profile, args.dp_of_rounds, args.server_mode, rounds, {},
-                                      args.bench_client)  # fmt: skip
+                                      args.bench_client, args.aa)  # fmt: skip
         results.save(args.out)
         print(f"tpot: {len(rounds)} rounds from {args.from_rounds} written to {args.out}")
         return 0
@@ -407,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise NoGPUError(f"--dp {dp} needs {dp} GPUs; {len(gpus)} visible")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: servers stop
     results = run_tpot(trees, args.model, args.profile, dp, args.out.parent, args.server_mode, args.health_timeout,
-                       save_to=args.out, client=args.bench_client)  # fmt: skip
+                       save_to=args.out, client=args.bench_client, aa=args.aa)  # fmt: skip
     results.save(args.out)
     print(f"tpot: results written to {args.out}")
     return 0

@@ -94,6 +94,15 @@ def test_baseline_missing_then_recorded_then_compared(results_file, tmp_path, ca
     assert compare.main([*args[:1], str(slower), *args[2:]]) == ExitCode.FAILED
 
 
+def test_an_aa_run_is_not_recorded_as_a_baseline(tmp_path):
+    results = make_results({"a": 1.0})
+    path = tmp_path / "aa.json"
+    BenchResults(**{**results.__dict__, "settings": {**results.settings, "aa": True}}).save(path)
+    with pytest.raises(UsageError, match="A/A run"):
+        baselines.record(path, tmp_path / "baselines")
+    assert not (tmp_path / "baselines").exists()
+
+
 def test_case_missing_from_baseline_is_no_baseline(results_file, tmp_path):
     bdir = tmp_path / "b"
     baselines.record(results_file({"a": 1.0}), bdir)

@@ -31,6 +31,29 @@ def test_busy_gpu_is_reported():
     assert gpu.busy_gpus([g]) and not gpu.busy_gpus([gpu.GpuInfo(**{**g.__dict__, "memory_used_mib": 10})])
 
 
+def test_state_sampler_summarises_medians(monkeypatch):
+    clocks = iter([1980, 1500, 1980, 1980, 1980, 1980, 1980, 1980])
+
+    def fake_query():
+        g = gpu.GpuInfo(index=0, name="NVIDIA H200", uuid="u", memory_total_mib=1, memory_used_mib=0,
+                        sm_clock_mhz=next(clocks, 1980), power_draw_w=400.0, temperature_c=40)  # fmt: skip
+        return "580", [g]
+
+    monkeypatch.setattr(gpu, "query", fake_query)
+    with gpu.StateSampler(period_s=0.01) as sampler:
+        time.sleep(0.1)
+    summary = sampler.summary()
+    assert summary["samples"] >= 3 and summary["load_1min"] is not None
+    assert summary["sm_clock_mhz"] == [1980] and summary["power_draw_w"] == [400.0]
+
+
+def test_state_sampler_never_breaks_the_run(monkeypatch):
+    monkeypatch.setattr(gpu, "query", lambda: 1 / 0)
+    with gpu.StateSampler(period_s=0.01) as sampler:
+        time.sleep(0.05)
+    assert sampler.summary()["sm_clock_mhz"] == [] and sampler.summary()["samples"] >= 1
+
+
 def test_slug_names_the_machine():
     assert gpu.slug("NVIDIA H200", 8) == "nvidia-h200-x8"
     assert gpu.slug("NVIDIA GeForce RTX 4090", 1) == "nvidia-geforce-rtx-4090-x1"

@@ -204,6 +204,18 @@ def test_unknown_model_is_a_usage_error():
         tpot.model_dir("llama")
 
 
+def test_aa_run_serves_the_base_tree_twice(standin_trees, tmp_path, monkeypatch):
+    _tiny_profile(monkeypatch)
+    (standin_trees.candidate / "vllm" / "entrypoints" / "cli" / "main.py").write_text(
+        "import os\nos.environ['STANDIN_TPOT'] = '8'\n" + (HERE / "standin_vllm.py").read_text()
+    )
+    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", "concurrent", 30, aa=True)
+    (case,) = results.cases
+    assert case.samples == {"base": [10.0] * 3, "candidate": [10.0] * 3}  # the 8 ms candidate tree never ran
+    assert results.settings["aa"] is True and results.settings["candidate"] == "base (A/A run)"
+    assert all(set(r["machine"]) >= {"load_1min", "sm_clock_mhz"} for r in case.extra["rounds"])
+
+
 def test_failed_round_is_an_error_and_servers_stop(standin_trees, tmp_path, monkeypatch):
     _tiny_profile(monkeypatch)
     monkeypatch.setenv("STANDIN_BENCH", "fail")

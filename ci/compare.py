@@ -195,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = str(baselines.baseline_path(results, args.baseline_dir))
         gate = compare_baseline(results, stored, args.side, args.threshold, args.confidence, where)
     out_dir = args.out_dir or args.results.parent / f"{args.results.stem}-{args.mode}"
-    markdown = report.markdown(gate)
+    markdown = report.markdown(gate) + report.details_markdown(results)
     print(markdown)
     report.to_step_summary(markdown)
     write_json(out_dir / "verdict.json", gate.to_json())

@@ -141,7 +141,7 @@ def query() -> tuple[str, list[GpuInfo]]:
 
 
 class StateSampler:
-    """``with StateSampler() as s: ...`` samples the GPUs' SM clock, power draw and temperature
+    """``with StateSampler() as s: ...`` samples the GPUs' clocks, power draw and temperature
     and the host's load once a second in a thread; ``s.summary()`` gives their medians. It
     explains a slow benchmark round (a clock that dropped, a host that was busy) and never
     fails the run: with no GPU or no NVML the GPU fields are simply absent."""
@@ -177,7 +177,7 @@ class StateSampler:
 
         out: dict = {"samples": len(self.samples), "load_1min": median(load for _, load in self.samples)}
         indices = sorted({g.index for gpus, _ in self.samples for g in gpus})
-        for field in ("sm_clock_mhz", "power_draw_w", "temperature_c"):
+        for field in ("sm_clock_mhz", "mem_clock_mhz", "power_draw_w", "temperature_c"):
             out[field] = [median(getattr(g, field) for gpus, _ in self.samples for g in gpus if g.index == i)
                           for i in indices]  # fmt: skip
         return out

@@ -51,8 +51,9 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
         raise
 
 
-def read_json(path: Path, *, kind: str, versions: tuple[int, ...]) -> dict[str, Any]:
+def read_json(path: Path | str, *, kind: str, versions: tuple[int, ...]) -> dict[str, Any]:
     """Read a file written by :func:`write_json`, checking its ``kind`` and ``schema_version``."""
+    path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     try:

@@ -92,6 +92,37 @@ def markdown(gate) -> str:
     return "\n".join(lines) + "\n"
 
 
+def details_markdown(results) -> str:
+    """What the verdict table leaves out: that a run is an A/A run, and for TPOT runs one row a
+    round, in the order run, with the machine's state where recorded."""
+    lines = []
+    if results.settings.get("aa"):
+        lines += ["", "A/A run: both sides are the base build, so any difference above is the noise and bias of "
+                  "the method on this machine (its resolution), not a change in vLLM."]  # fmt: skip
+    for case in results.cases:
+        rounds = case.extra.get("rounds") or []
+        if not rounds:
+            continue
+        lines += ["", f"Rounds of {case.id} (in the order run):", "",
+                  "| # | build | median TPOT (ms) | mean TPOT (ms) | median TTFT (ms) | output tok/s | SM clock (MHz) "
+                  "| power (W) | host load |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for i, r in enumerate(rounds, 1):
+            m = r.get("machine") or {}
+
+            def first(key, m=m):
+                values = [v for v in m.get(key) or [] if v is not None]
+                return f"{values[0]:.0f}" if values else "-"
+
+            load = m.get("load_1min")
+            lines.append(
+                f"| {i} | {r['build']} | {r['median_tpot_ms']:.3f} | {r['mean_tpot_ms']:.3f} | "
+                f"{r['median_ttft_ms']:.1f} | {r['output_throughput']:.0f} | {first('sm_clock_mhz')} | "
+                f"{first('power_draw_w')} | {'-' if load is None else f'{load:.2f}'} |"
+            )
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
 def to_step_summary(text: str) -> None:
     """Append to the GitHub Actions job summary when running there."""
     path = os.environ.get("GITHUB_STEP_SUMMARY")

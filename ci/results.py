@@ -63,7 +63,7 @@ def _check_samples(where: str, case_id: str, samples: Any) -> dict[str, list[flo
     return samples
 
 
-def load_results(path: Path, *, kind: str | None = None) -> BenchResults:
+def load_results(path: Path | str, *, kind: str | None = None) -> BenchResults:
     """Read and validate a results (or baseline) file; a :class:`DataError` names what is wrong."""
     payload = read_json(path, kind=kind, versions=(RESULTS_VERSION,)) if kind else _read_any(path)
     where = str(path)

@@ -64,15 +64,22 @@ class Profile:
     warmup_prompts: int
     max_model_len: int
     gpu_memory_fraction: float  # per server (two share the GPUs in concurrent mode)
+    # concurrent mode: no measured round before this many seconds after the first server's launch
+    # (both servers keep warming up, in turn, until then). On the H200, TPOT ran 5% high
+    # (7.60-7.63 ms, then 7.21-7.27 ms) on both servers alike until about 310 s after the first
+    # launch, in two runs (A/B and A/A), with the SM clock (1980 MHz), temperature and host load
+    # unchanged and the power draw 3% lower; the cause is not known. Rounds measured across such
+    # a step make a broken pair, which widened the A/B's interval to [1.003, 1.029].
+    settle_s: float = 0.0
     # decode batches captured as full CUDA graphs, no torch.compile (fast start, eager-free decode)
     compilation_config: str = '{"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}'
 
 
 PROFILES = {
     "pr": Profile(input_len=256, output_len=128, concurrency=16, prompts=256, rounds=8, warmup_prompts=256,
-                  max_model_len=1024, gpu_memory_fraction=0.4),
+                  max_model_len=1024, gpu_memory_fraction=0.4, settle_s=360),
     "nightly": Profile(input_len=1024, output_len=1024, concurrency=64, prompts=640, rounds=6, warmup_prompts=64,
-                       max_model_len=4096, gpu_memory_fraction=0.4),
+                       max_model_len=4096, gpu_memory_fraction=0.4, settle_s=360),
     "smoke": Profile(input_len=64, output_len=32, concurrency=4, prompts=8, rounds=1, warmup_prompts=4,
                      max_model_len=512, gpu_memory_fraction=0.3),
 }  # fmt: skip
@@ -115,6 +122,7 @@ def server_env(tree: Path) -> dict[str, str]:
     env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # FlashInfer is optional; its sampler needs it
     env.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off (shared hosts)
     env.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: config and tokenizer ship in the repo
+    env.setdefault("VLLM_NO_USAGE_STATS", "1")  # no telemetry thread in a benchmark's servers
     return env
 
 
@@ -280,26 +288,46 @@ class Runner:
 def run_rounds(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundResult], dict]:
     """Start servers, warm them up, run the interleaved rounds; servers are always stopped.
 
+    Concurrent mode starts both servers first, warms each up, and goes on warming them up in
+    turn until ``profile.settle_s`` has passed since the first launch. Sequential mode starts
+    a server for every round and warms it up each time (no settling: that is per launch).
     ``on_round(rounds, startup)`` runs after every round (the CLI saves partial results there,
-    so an interrupted run keeps what it measured)."""
-    started, rounds, startup = time.time(), [], {}
+    so an interrupted run keeps what it measured). ``startup`` holds the seconds each server
+    and the client took to start, and the settling runs and when the first round began."""
+    started, rounds, startup = time.monotonic(), [], {}
     servers: dict[str, Server] = {}
+
+    def launch(build: str, tag: str) -> None:
+        if mode == "sequential":
+            for other in list(servers):
+                servers.pop(other).stop()
+        port = free_port(DEFAULT_PORT + 10 * len(servers))
+        servers[build] = runner.server(build, port).start()
+        startup[build] = round(servers[build].wait_healthy(runner.health_timeout_s), 1)
+        print(f"tpot: {build} server healthy after {startup[build]} s on port {port}", flush=True)
+        if runner.client is not None and "bench-client" not in startup:
+            startup["bench-client"] = runner.client.wait_ready()
+            print(f"tpot: bench client ready (vLLM imported in {startup['bench-client']} s)", flush=True)
+        runner.bench(build, servers[build], f"{build}-warmup-{tag}", runner.profile.warmup_prompts)
+
     if runner.client is not None:
         runner.client.start()  # imports vLLM while the first server starts
     try:
+        if mode == "concurrent":
+            for build in BUILDS:
+                launch(build, "0")
+            settle = 0
+            while time.monotonic() - started < runner.profile.settle_s:
+                build = BUILDS[settle % 2]
+                runner.bench(build, servers[build], f"{build}-settle-{settle // 2}", runner.profile.warmup_prompts)
+                settle += 1
+            startup["settle_runs"] = settle
+            startup["first_round_after_s"] = round(time.monotonic() - started, 1)
+            print(f"tpot: {settle} settling runs; rounds start {startup['first_round_after_s']} s after the first "
+                  f"launch (settle_s {runner.profile.settle_s:.0f})", flush=True)  # fmt: skip
         for i, build in enumerate(round_order(runner.profile.rounds)):
             if build not in servers:
-                if mode == "sequential":
-                    for other in list(servers):
-                        servers.pop(other).stop()
-                port = free_port(DEFAULT_PORT + 10 * len(servers))
-                servers[build] = runner.server(build, port).start()
-                startup[build] = round(servers[build].wait_healthy(runner.health_timeout_s), 1)
-                print(f"tpot: {build} server healthy after {startup[build]} s on port {port}", flush=True)
-                if runner.client is not None and "bench-client" not in startup:
-                    startup["bench-client"] = runner.client.wait_ready()
-                    print(f"tpot: bench client ready (vLLM imported in {startup['bench-client']} s)", flush=True)
-                runner.bench(build, servers[build], f"{build}-warmup-{i}", runner.profile.warmup_prompts)
+                launch(build, str(i))
             result = runner.bench(build, servers[build], f"{i:02d}-{build}", runner.profile.prompts)
             rounds.append(result)
             if on_round is not None:
@@ -308,7 +336,7 @@ def run_rounds(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundResu
             print(
                 f"tpot round {i + 1}/{2 * runner.profile.rounds} {build}: median TPOT {result.median_tpot_ms:.2f} ms "
                 + " ".join(f"{b} {sorted(v)[len(v) // 2]:.2f}" for b, v in so_far.items() if v)
-                + f" ms so far, {time.time() - started:.0f} s",
+                + f" ms so far, {time.monotonic() - started:.0f} s",
                 flush=True,
             )
             if mode == "sequential":
@@ -339,7 +367,7 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
             "server_mode": mode,
             "bench_client": CLIENTS[client],
         },
-        extra={"rounds": [asdict(r) for r in rounds], "startup_s": startup},
+        extra={"rounds": [asdict(r) for r in rounds], "timeline": startup},
     )
     return BenchResults(
         kind="tpot-bench",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -152,3 +153,19 @@ def test_regret_uses_the_sweep():
     case = make_results({"a": 1.0}).cases[0]
     r = compare.regret(case)
     assert r["best_block_size_m"] == 16 and r["candidate"] == 0 and r["base"] == pytest.approx(0.48)
+
+
+REPORTS = Path(__file__).resolve().parents[2] / "reports" / "nvidia-h200-x1"
+
+
+def test_h200_tpot_runs_gate_and_report_their_rounds(tmp_path):
+    """The committed H200 TPOT A/B (N = 1, so no EP: equal builds must PASS) and its A/A twin."""
+    ab = REPORTS / "tpot-pr-ab.json"
+    assert compare.main(["--results", str(ab), "--out-dir", str(tmp_path / "ab")]) == ExitCode.OK
+    text = (tmp_path / "ab" / "report.md").read_text()
+    assert "| 1 | base | 7.595 |" in text and text.count("| candidate |") == 8
+    assert "A/A run" not in text
+    aa = REPORTS / "tpot-pr-aa.json"
+    assert compare.main(["--results", str(aa), "--out-dir", str(tmp_path / "aa")]) == ExitCode.OK
+    text = (tmp_path / "aa" / "report.md").read_text()
+    assert "A/A run" in text and "| 1980 |" in text  # the A/A run recorded the SM clock of each round

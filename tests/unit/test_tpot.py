@@ -41,6 +41,13 @@ def fake_tree(root: Path, *, moe_flag: bool = True, bench_module: bool = True) -
     return root
 
 
+@pytest.fixture(autouse=True)
+def worker_ports(monkeypatch) -> None:
+    """Ports of their own for each pytest-xdist worker: servers of parallel tests must not race for one."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    monkeypatch.setattr(tpot, "DEFAULT_PORT", 20000 + 500 * (int(worker) if worker.isdigit() else 0))
+
+
 @pytest.fixture
 def standin_trees(tmp_path, monkeypatch) -> Trees:
     monkeypatch.setenv("STANDIN_CHILD_PID_FILE", str(tmp_path / "child.pid"))
@@ -112,7 +119,8 @@ def test_rounds_alternate_and_balance():
 
 def _server(trees, tmp_path, mode="ok", delay="0.2"):
     env = {**tpot.server_env(trees.base), "STANDIN_MODE": mode, "STANDIN_DELAY": delay}
-    argv = tpot.serve_argv(trees.base, QWEN, port=(port := free_port(19000)), profile=tpot.PROFILES["pr"], dp=1, seed=0)
+    port = free_port(tpot.DEFAULT_PORT + 300)
+    argv = tpot.serve_argv(trees.base, QWEN, port=port, profile=tpot.PROFILES["pr"], dp=1, seed=0)
     return Server("standin", argv, port=port, log=tmp_path / "server.log", env=env)
 
 
@@ -214,6 +222,19 @@ def test_aa_run_serves_the_base_tree_twice(standin_trees, tmp_path, monkeypatch)
     assert case.samples == {"base": [10.0] * 3, "candidate": [10.0] * 3}  # the 8 ms candidate tree never ran
     assert results.settings["aa"] is True and results.settings["candidate"] == "base (A/A run)"
     assert all(set(r["machine"]) >= {"load_1min", "sm_clock_mhz"} for r in case.extra["rounds"])
+
+
+def test_concurrent_servers_settle_before_the_first_round(standin_trees, tmp_path, monkeypatch):
+    """With settle_s, both servers warm up in turn until then, and no round is measured sooner."""
+    monkeypatch.setattr(tpot, "PROFILES", {**tpot.PROFILES, "s": tpot.Profile(
+        input_len=8, output_len=8, concurrency=1, prompts=2, rounds=1, warmup_prompts=1, max_model_len=64,
+        gpu_memory_fraction=0.1, settle_s=4.0)})  # fmt: skip
+    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "s", 1, tmp_path / "out", "concurrent", 30)
+    timeline = results.cases[0].extra["timeline"]
+    assert timeline["first_round_after_s"] >= 4.0 and timeline["settle_runs"] >= 1
+    settles = sorted(p.name for p in (tmp_path / "out").glob("bench-*-settle-*.json"))
+    assert len(settles) == timeline["settle_runs"] and settles[0] == "bench-base-settle-0.json"
+    assert [r["build"] for r in results.cases[0].extra["rounds"]] == ["base", "candidate"]
 
 
 def test_failed_round_is_an_error_and_servers_stop(standin_trees, tmp_path, monkeypatch):

@@ -350,9 +350,10 @@ def run_rounds(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundResu
 
 
 def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mode: str, rounds: list[RoundResult],
-                        startup: dict, client: str = "inprocess", aa: bool = False) -> BenchResults:  # fmt: skip
+                        startup: dict, client: str = "inprocess", aa: bool = False,
+                        profile: Profile | None = None) -> BenchResults:  # fmt: skip
     """The results file of a TPOT A/B: one case, the median TPOT of each round as its samples."""
-    profile = PROFILES[profile_name]
+    profile = profile or PROFILES[profile_name]
     complete = len(rounds) == 2 * profile.rounds
     case = CaseResult(
         id=f"{model}/dp{dp}-ep{dp if dp > 1 else 1}/{profile_name}",
@@ -387,12 +388,14 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
 
 
 def run_tpot(trees: Trees, model: str, profile_name: str, dp: int, out_dir: Path, mode: str, timeout: float,
-             save_to: Path | None = None, client: str = "inprocess", aa: bool = False) -> BenchResults:  # fmt: skip
+             save_to: Path | None = None, client: str = "inprocess", aa: bool = False,
+             settle_s: float | None = None) -> BenchResults:  # fmt: skip
+    profile = PROFILES[profile_name] if settle_s is None else replace(PROFILES[profile_name], settle_s=settle_s)
     bench_client = BenchClient(trees.base, out_dir / "bench-client.log") if client == "inprocess" else None
-    runner = Runner(trees, model_dir(model), PROFILES[profile_name], dp, out_dir, timeout, client=bench_client, aa=aa)
+    runner = Runner(trees, model_dir(model), profile, dp, out_dir, timeout, client=bench_client, aa=aa)
 
     def results(rounds, startup):
-        return results_from_rounds(trees, model, profile_name, dp, mode, rounds, startup, client, aa)
+        return results_from_rounds(trees, model, profile_name, dp, mode, rounds, startup, client, aa, profile)
 
     def save(rounds, startup):
         if save_to is not None:
@@ -424,6 +427,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health")
     parser.add_argument("--aa", action="store_true", help="A/A run: both servers run the base tree (the noise floor)")
+    parser.add_argument("--settle-s", type=float, help="seconds from the first launch to the first round "
+                        "(concurrent mode; default: the profile's)")  # fmt: skip
     parser.add_argument("--out", type=Path, required=True, help="results file; logs go beside it")
     parser.add_argument("--from-rounds", type=Path, help="rebuild the results of an interrupted run from its folder")
     parser.add_argument("--dp-of-rounds", type=int, default=1, help="with --from-rounds: the DP size that run used")
@@ -442,7 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise NoGPUError(f"--dp {dp} needs {dp} GPUs; {len(gpus)} visible")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: servers stop
     results = run_tpot(trees, args.model, args.profile, dp, args.out.parent, args.server_mode, args.health_timeout,
-                       save_to=args.out, client=args.bench_client, aa=args.aa)  # fmt: skip
+                       save_to=args.out, client=args.bench_client, aa=args.aa, settle_s=args.settle_s)  # fmt: skip
     results.save(args.out)
     print(f"tpot: results written to {args.out}")
     return 0

@@ -228,10 +228,14 @@ def test_concurrent_servers_settle_before_the_first_round(standin_trees, tmp_pat
     """With settle_s, both servers warm up in turn until then, and no round is measured sooner."""
     monkeypatch.setattr(tpot, "PROFILES", {**tpot.PROFILES, "s": tpot.Profile(
         input_len=8, output_len=8, concurrency=1, prompts=2, rounds=1, warmup_prompts=1, max_model_len=64,
-        gpu_memory_fraction=0.1, settle_s=4.0)})  # fmt: skip
-    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "s", 1, tmp_path / "out", "concurrent", 30)
+        gpu_memory_fraction=0.1, settle_s=60.0)})  # fmt: skip
+    # settle_s (--settle-s) overrides the profile's 60 s
+    results = tpot.run_tpot(
+        standin_trees, "qwen3-30b-a3b-like", "s", 1, tmp_path / "out", "concurrent", 30, settle_s=4.0
+    )
     timeline = results.cases[0].extra["timeline"]
-    assert timeline["first_round_after_s"] >= 4.0 and timeline["settle_runs"] >= 1
+    assert 4.0 <= timeline["first_round_after_s"] < 30 and timeline["settle_runs"] >= 1
+    assert results.cases[0].info["profile"]["settle_s"] == 4.0
     settles = sorted(p.name for p in (tmp_path / "out").glob("bench-*-settle-*.json"))
     assert len(settles) == timeline["settle_runs"] and settles[0] == "bench-base-settle-0.json"
     assert [r["build"] for r in results.cases[0].extra["rounds"]] == ["base", "candidate"]

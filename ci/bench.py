@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ci import gpu, provenance
+from ci import gpu, provenance, stats
 from ci.build import load_trees
 from ci.cli import run_main
 from ci.errors import DataError, NoGPUError, UsageError
@@ -225,7 +225,7 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
             experts = mc.random_packed_experts(shape, torch.bfloat16, local_experts=local, seed=7)
         result = run_case(CaseRunner(case, experts), variants, repeats)
         results.append(result)
-        med = {k: sorted(v)[len(v) // 2] for k, v in result.samples.items()}
+        med = {k: stats.median(v) for k, v in result.samples.items()}
         bm = result.info["block_size_m"]
         print(
             f"bench [{i}/{len(cases)}] {case.id}: base {med['base']:.1f} us, candidate {med['candidate']:.1f} us "

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ci import stats
 from ci.cli import run_main
 from ci.errors import NoGPUError
 
@@ -172,8 +173,8 @@ class StateSampler:
 
     def summary(self) -> dict:
         def median(xs):
-            xs = sorted(x for x in xs if x is not None)
-            return xs[len(xs) // 2] if xs else None
+            xs = [x for x in xs if x is not None]
+            return stats.median(xs) if xs else None
 
         out: dict = {"samples": len(self.samples), "load_1min": median(load for _, load in self.samples)}
         indices = sorted({g.index for gpus, _ in self.samples for g in gpus})

@@ -10,7 +10,7 @@ import math
 import os
 from pathlib import Path
 
-from ci.stats import Verdict
+from ci.stats import Verdict, median
 
 MARKS = {
     Verdict.PASS: "PASS",
@@ -83,7 +83,7 @@ def markdown(gate) -> str:
     ]
     if widths:
         lines.append(
-            f"Resolution: median CI width {sorted(widths)[len(widths) // 2]:.2%} of the reference "
+            f"Resolution: median CI width {median(widths):.2%} of the reference "
             f"(a change much smaller than that cannot be told from noise)."
         )
     notes = [f"- {c.id}: {n}" for c in gate.cases for n in c.notes]
@@ -176,7 +176,7 @@ def _plot_sweeps(ax, sweeps) -> None:
 
     grid = []
     for c in sweeps:
-        med = {int(k): sorted(v)[len(v) // 2] for k, v in c.extra["block_sizes_us"].items()}
+        med = {int(k): median(v) for k, v in c.extra["block_sizes_us"].items()}
         best = min(med.values())
         grid.append([med.get(bm, math.nan) / best for bm in BLOCK_SIZES_M])
     im = ax.imshow(grid, aspect="auto", cmap="viridis_r", vmin=1.0, vmax=2.0)

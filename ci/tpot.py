@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ci import gpu, provenance
+from ci import gpu, provenance, stats
 from ci.build import Trees, load_trees
 from ci.cli import run_main
 from ci.errors import DataError, MissingDependencyError, NoGPUError, ServerError, UsageError
@@ -338,7 +338,7 @@ def run_rounds(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundResu
             so_far = {b: [r.median_tpot_ms for r in rounds if r.build == b] for b in BUILDS}
             print(
                 f"tpot round {i + 1}/{2 * runner.profile.rounds} {build}: median TPOT {result.median_tpot_ms:.2f} ms "
-                + " ".join(f"{b} {sorted(v)[len(v) // 2]:.2f}" for b, v in so_far.items() if v)
+                + " ".join(f"{b} {stats.median(v):.2f}" for b, v in so_far.items() if v)
                 + f" ms so far, {time.monotonic() - started:.0f} s",
                 flush=True,
             )

@@ -16,7 +16,8 @@ from the measured build's tree instead, one process per round. Both servers stay
 other) or are started anew for every round (``sequential``). Results use the kernel
 benchmark's schema, so ``ci.compare`` judges them with the same statistics.
 
-Usage: ``python -m ci.tpot --manifest M [--model qwen3-30b-a3b-like] [--profile pr] [--dp N] --out FILE``
+Usage: ``python -m ci.tpot --manifest M [--model qwen3-30b-a3b-like] [--profile pr] [--dp N] --out FILE``;
+``python -m ci.tpot --block-sizes --profile pr-ep --dp 2`` prints the block size each build picks in decode.
 """
 
 from __future__ import annotations
@@ -80,6 +81,12 @@ PROFILES = {
                   max_model_len=1024, gpu_memory_fraction=0.4, settle_s=360),
     "nightly": Profile(input_len=1024, output_len=1024, concurrency=64, prompts=640, rounds=6, warmup_prompts=64,
                        max_model_len=4096, gpu_memory_fraction=0.4, settle_s=360),
+    # DP/EP decode where #48144 changes the pick: 128 concurrent requests over DP = EP = 2 are
+    # 64 decode tokens per rank; the padded M is 128, and with 128 experts, top-8 (qwen3-30b-a3b-like)
+    # the old rule picks 32 and the new one 16 (the ``pr`` profile's 8 tokens per rank: both 8).
+    # ``python -m ci.tpot --block-sizes`` prints the table for any model, profile and DP size.
+    "pr-ep": Profile(input_len=256, output_len=128, concurrency=128, prompts=512, rounds=8, warmup_prompts=128,
+                     max_model_len=1024, gpu_memory_fraction=0.4, settle_s=360),
     "smoke": Profile(input_len=64, output_len=32, concurrency=4, prompts=8, rounds=1, warmup_prompts=4,
                      max_model_len=512, gpu_memory_fraction=0.3),
 }  # fmt: skip
@@ -95,6 +102,49 @@ class RoundResult:
     completed: int
     failed: int
     machine: dict | None = None  # GPU clock, power, temperature and host load during the round (medians)
+
+
+def moe_shape(model: Path) -> tuple[int, int]:
+    """(routed experts, top-k) of a shipped config: what ``fused_marlin_moe`` sees per layer."""
+    config = json.loads((model / "config.json").read_text())
+    for experts_key, topk_key in (("num_experts", "num_experts_per_tok"), ("n_routed_experts", "num_experts_per_tok"),
+                                  ("num_local_experts", "num_experts_per_tok")):  # fmt: skip
+        if isinstance(config.get(experts_key), int) and isinstance(config.get(topk_key), int):
+            return config[experts_key], config[topk_key]
+    raise UsageError(f"{model / 'config.json'}: no expert count and top-k (num_experts, num_experts_per_tok)")
+
+
+def decode_block_sizes(model: Path, profile: Profile, dp: int) -> list[dict]:
+    """The ``block_size_m`` each build picks in a decode step, per tokens-per-rank (ci.spec's rules).
+
+    Under DP/EP each rank holds ``G / dp`` experts and sees ``dp * t`` padded rows (t: decode
+    tokens per rank, the largest rank's, after CUDA-graph padding). The profile's own decode
+    batch is ``ceil(concurrency / dp)`` per rank (``"profile": True`` marks it)."""
+    from ci import spec  # pure: the oracle of the CPU tier
+
+    experts, topk = moe_shape(model)
+    local = experts // dp if dp > 1 else experts
+    global_ = experts if dp > 1 else spec.NON_EP
+    own = -(-profile.concurrency // dp)
+    rows = []
+    for t in sorted({1, 2, 4, 8, 16, 32, 64, 128, own}):
+        m = t * dp
+        picks = {build: spec.expected_block_size_m(m=m, topk=topk, local_experts=local, global_experts=global_,
+                                                   input_itemsize=2, patched=build == "candidate")
+                 for build in BUILDS}  # fmt: skip
+        rows.append({"tokens_per_rank": t, "padded_m": m, "local_experts": local, "global_experts": experts,
+                     "topk": topk, **picks, "profile": t == own})  # fmt: skip
+    return rows
+
+
+def block_size_table(rows: list[dict]) -> str:
+    lines = ["| tokens per rank | padded M | local / global experts | top-k | base bm | candidate bm | |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        mark = "this profile" if r["profile"] else ""
+        lines.append(f"| {r['tokens_per_rank']} | {r['padded_m']} | {r['local_experts']} / {r['global_experts']} | "
+                     f"{r['topk']} | {r['base']} | {r['candidate']} | {mark} |")  # fmt: skip
+    return "\n".join(lines)
 
 
 def models() -> list[str]:
@@ -370,6 +420,7 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
             "moe_backend_flag": moe_backend_flag(trees.base) or "none (auto)",
             "server_mode": mode,
             "bench_client": CLIENTS[client],
+            "decode_block_size_m": [r for r in decode_block_sizes(model_dir(model), profile, dp) if r["profile"]],
         },
         extra={"rounds": [asdict(r) for r in rounds], "timeline": startup},
     )
@@ -417,7 +468,7 @@ def rounds_from_dir(directory: Path) -> list[RoundResult]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.tpot", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--manifest", type=Path, required=True)
+    parser.add_argument("--manifest", type=Path, help="the trees' manifest.json (from ci.build)")
     parser.add_argument("--model", default="qwen3-30b-a3b-like", help=f"one of {models()}")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="pr")
     parser.add_argument("--dp", type=int, help="data-parallel size = EP size (default: every visible GPU)")
@@ -432,10 +483,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--aa", action="store_true", help="A/A run: both servers run the base tree (the noise floor)")
     parser.add_argument("--settle-s", type=float, help="seconds from the first launch to the first round "
                         "(concurrent mode; default: the profile's)")  # fmt: skip
-    parser.add_argument("--out", type=Path, required=True, help="results file; logs go beside it")
+    parser.add_argument("--out", type=Path, help="results file; logs go beside it")
+    parser.add_argument("--block-sizes", action="store_true", help="print the block_size_m each build picks in "
+                        "decode for --model, --profile and --dp (default 1), and exit (no GPU needed)")  # fmt: skip
     parser.add_argument("--from-rounds", type=Path, help="rebuild the results of an interrupted run from its folder")
     parser.add_argument("--dp-of-rounds", type=int, default=1, help="with --from-rounds: the DP size that run used")
     args = parser.parse_args(argv)
+    if args.block_sizes:
+        dp = args.dp or 1
+        print(f"{args.model}, profile {args.profile}, DP = EP = {dp}: block_size_m per decode step (ci.spec)")
+        print(block_size_table(decode_block_sizes(model_dir(args.model), PROFILES[args.profile], dp)))
+        return 0
+    missing = [flag for flag, value in (("--manifest", args.manifest), ("--out", args.out)) if value is None]
+    if missing:
+        raise UsageError(f"python -m ci.tpot needs {' and '.join(missing)} (or --block-sizes)")
     trees = load_trees(args.manifest)
     if args.from_rounds:
         rounds = rounds_from_dir(args.from_rounds)

@@ -265,3 +265,26 @@ def test_client_of_a_vllm_without_the_bench_module_says_what_to_do(tmp_path):
     finally:
         client.close()
     assert "ModuleNotFoundError" in (tmp_path / "c.log").read_text()
+
+
+def test_decode_block_sizes_show_where_the_patch_matters_under_ep():
+    """The pr profile's 8 tokens per rank at DP = EP = 2 picks 8 in both builds (nothing to measure);
+    pr-ep's 64 tokens per rank pick 32 (base) and 16 (candidate), by the spec's exact rules."""
+    (pr,) = [r for r in tpot.decode_block_sizes(QWEN, tpot.PROFILES["pr"], 2) if r["profile"]]
+    assert (pr["tokens_per_rank"], pr["padded_m"], pr["base"], pr["candidate"]) == (8, 16, 8, 8)
+    rows = {r["tokens_per_rank"]: r for r in tpot.decode_block_sizes(QWEN, tpot.PROFILES["pr-ep"], 2)}
+    assert rows[64]["profile"] and (rows[64]["base"], rows[64]["candidate"]) == (32, 16)
+    assert (rows[32]["base"], rows[32]["candidate"]) == (16, 8)
+    assert (rows[64]["local_experts"], rows[64]["global_experts"], rows[64]["topk"]) == (64, 128, 8)
+    # without EP the patch changes nothing, whatever the load
+    assert all(r["base"] == r["candidate"] for r in tpot.decode_block_sizes(QWEN, tpot.PROFILES["pr-ep"], 1))
+
+
+def test_block_size_table_cli_needs_no_gpu_and_run_needs_its_files(capsys):
+    from ci.errors import UsageError
+
+    assert tpot.main(["--block-sizes", "--profile", "pr-ep", "--dp", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "| 64 | 128 | 64 / 128 | 8 | 32 | 16 | this profile |" in out
+    with pytest.raises(UsageError, match="--manifest and --out"):
+        tpot.main(["--profile", "pr-ep"])

@@ -288,3 +288,19 @@ def test_block_size_table_cli_needs_no_gpu_and_run_needs_its_files(capsys):
     assert "| 64 | 128 | 64 / 128 | 8 | 32 | 16 | this profile |" in out
     with pytest.raises(UsageError, match="--manifest and --out"):
         tpot.main(["--profile", "pr-ep"])
+
+
+def test_committed_two_gpu_baseline_is_a_complete_ep_ab_run():
+    """The x2 TPOT baseline is what its path claims: 2 GPUs, DP = EP = 2, pr-ep, every round, not an A/A,
+    measured where the builds pick different block sizes."""
+    root = HERE.parent.parent
+    path = root / "baselines" / "nvidia-h200-x2" / "tpot-qwen3-30b-a3b-like-dp2-pr-ep.json"
+    results = load_results(path)
+    assert results.gpu_key() == ("NVIDIA H200", 2) and results.suite == "qwen3-30b-a3b-like-dp2-pr-ep"
+    assert results.settings["complete"] is True and results.settings["aa"] is False
+    (case,) = results.cases
+    assert case.info["dp"] == 2 and case.info["expert_parallel"] is True
+    assert case.info["profile"]["concurrency"] == tpot.PROFILES["pr-ep"].concurrency
+    assert {len(v) for v in case.samples.values()} == {tpot.PROFILES["pr-ep"].rounds}
+    (row,) = case.info["decode_block_size_m"]
+    assert (row["base"], row["candidate"]) == (32, 16)

@@ -6,19 +6,43 @@ interpreter's own packages are used (offline GPU hosts, with `--vllm installed`)
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
 import nox
+import nox.command
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from ci.gpu import NO_GPU_MESSAGE, query  # noqa: E402  (stdlib-only modules)
+from ci.errors import ExitCode  # noqa: E402  (stdlib-only modules)
+from ci.gpu import NO_GPU_MESSAGE, query  # noqa: E402
 from ci.sessionargs import SessionArgs, parse_session_args  # noqa: E402
 
 nox.options.sessions = ["lint", "tests"]
 OUT = Path(".gate") / "out"
+STAGE_STOP_S = 60  # after Ctrl-C or SIGTERM, a stage gets this long to stop its servers before SIGTERM/SIGKILL
+
+
+def _terminate_as_interrupt(signum, frame):
+    """SIGTERM (a cancelled CI job, ``kill``) stops nox like Ctrl-C: nox then interrupts the running
+    stage and waits for it, instead of dying and leaving the stage and its servers behind."""
+    raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+
+
+def _stage(session: nox.Session, *args: str) -> None:
+    """Run a stage of the gate and keep its exit code: PASS 0, FAIL 1, INCONCLUSIVE 3, NO_BASELINE 4,
+    INCOMPLETE 10, ... (README: the codes are the gate's API). nox alone would turn each into 1."""
+    try:
+        session.run(*args, interrupt_timeout=STAGE_STOP_S, terminate_timeout=10)
+    except nox.command.CommandFailed as exc:
+        code = exc.return_code if isinstance(exc.return_code, int) and exc.return_code > 0 else 1
+        session.log(f"{' '.join(args[1:3])} exited with code {code}: nox exits with it too")
+        raise SystemExit(code) from None  # not an Exception: nox lets it through, with the stage's code
 
 
 def _no_venv(session: nox.Session) -> bool:
@@ -52,7 +76,7 @@ def _install_vllm_deps(session: nox.Session, args: SessionArgs, *, gpu: bool) ->
 
 def _build(session: nox.Session, args: SessionArgs) -> Path:
     trees = Path(".gate") / "trees" / session.name
-    session.run(_python(session), "-m", "ci.build", *args.build_argv, "--out", str(trees))
+    _stage(session, _python(session), "-m", "ci.build", *args.build_argv, "--out", str(trees))
     return trees / "manifest.json"
 
 
@@ -63,7 +87,8 @@ def _out(session: nox.Session, args: SessionArgs) -> Path:
 def _require_gpu(session: nox.Session) -> int:
     _, gpus = query()
     if not gpus:
-        session.error(NO_GPU_MESSAGE)
+        session.log(f"Session {session.name} stopped: {NO_GPU_MESSAGE}")
+        raise SystemExit(int(ExitCode.NO_GPU))  # the gate's code for it (6), not nox's 1
     return len(gpus)
 
 
@@ -109,7 +134,8 @@ def gpu_tests(session: nox.Session) -> None:
     _install(session, "-r", "requirements/test.txt")
     manifest = _build(session, args)
     out = _out(session, args)
-    session.run(
+    _stage(
+        session,
         _python(session),
         "-m",
         "pytest",
@@ -138,7 +164,7 @@ def _gpu_stage(session: nox.Session, module: str, results_name: str) -> None:
     _install(session, "-r", "requirements/test.txt")
     manifest = _build(session, args)
     out = _out(session, args) / results_name
-    session.run(_python(session), "-m", module, "--manifest", str(manifest), "--out", str(out), *args.rest)
+    _stage(session, _python(session), "-m", module, "--manifest", str(manifest), "--out", str(out), *args.rest)
 
 
 @nox.session(default=False)
@@ -149,12 +175,12 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def gate(session: nox.Session) -> None:
-    """Judge benchmark results: A/B (default) or `--mode baseline`; exit 1 FAIL, 3 INCONCLUSIVE, 4 NO_BASELINE."""
+    """Judge benchmark results: A/B (default) or `--mode baseline`; exits with the verdict's code (README)."""
     _install(session, "-r", "requirements/test.txt")
     rest = list(session.posargs)
     if "--results" not in rest:
         rest = ["--results", str(BENCH_RESULTS), *rest]
-    session.run(_python(session), "-m", "ci.compare", *rest)
+    _stage(session, _python(session), "-m", "ci.compare", *rest)
 
 
 @nox.session(default=False)
@@ -166,13 +192,39 @@ def update_baselines(session: nox.Session) -> None:
         i = rest.index("--results")
         results = rest[i + 1]
         del rest[i : i + 2]
-    session.run(_python(session), "-m", "ci.baselines", "record", results, *rest)
+    _stage(session, _python(session), "-m", "ci.baselines", "record", results, *rest)
 
 
 @nox.session(default=False)
 def tpot(session: nox.Session) -> None:
     """End-to-end TPOT A/B: vllm serve (dummy weights, DP/EP over this host's GPUs) + vllm bench serve."""
     _gpu_stage(session, "ci.tpot", "tpot-results.json")
+
+
+SURVIVORS = ROOT / "tests" / "mutation-survivors.txt"
+
+
+@nox.session(default=False)
+def mutation(session: nox.Session) -> None:
+    """Mutation testing of the verdict logic (mutmut, [tool.mutmut] in pyproject.toml): fails on a
+    surviving mutant that tests/mutation-survivors.txt does not explain."""
+    _install(session, "-r", "requirements/test.txt", "-r", "requirements/mutation.txt")
+    session.run("mutmut", "run", "--max-children", str(os.cpu_count() or 2))
+    listing = session.run("mutmut", "results", "--all", "true", silent=True) or ""
+    status = dict(line.strip().rsplit(": ", 1) for line in listing.splitlines() if ": " in line)
+    survived = {m for m, s in status.items() if s != "killed"}
+    explained = {line.split("#")[0].strip() for line in SURVIVORS.read_text().splitlines()} - {""}
+    killed = len(status) - len(survived)
+    score = f"{killed} of {len(status)} mutants killed ({killed / max(len(status), 1):.1%})"
+    session.log(f"mutation score: {score}; {len(survived)} survived, {len(survived & explained)} of them explained")
+    for gone in sorted(explained - survived):
+        session.log(f"listed but no longer surviving (remove it from {SURVIVORS.name}): {gone}")
+    new = sorted(survived - explained)
+    if new:
+        session.error(
+            f"{len(new)} surviving mutant(s) not explained: {', '.join(new)}; see each with `mutmut show NAME`, "
+            f"then kill it with a test or list it with its reason in {SURVIVORS.name}"
+        )
 
 
 # Actions that act would fetch from the network, and the local stand-ins it uses instead.

@@ -1,7 +1,9 @@
 """Stored baselines: ``baselines/<gpu-model>-x<count>/<suite>.json``.
 
-A baseline is a results file recorded on purpose (``nox -s update_baselines``): written
-atomically, never overwritten without ``--force``, schema-checked on every load. Lookup
+A baseline is a results file recorded on purpose (``nox -s update_baselines``): only a run
+with complete evidence (``ci.evidence``: every case, every round, no failure, not an A/A
+run), under a plain suite name, created exclusively (two records at once: one wins, the
+other is refused), never overwritten without ``--force``, schema-checked on every load. Lookup
 matches the GPU model and count of the run, and the suite; a missing file is
 NO_BASELINE with the command that records one, a corrupt one an error.
 
@@ -11,19 +13,30 @@ CLI: ``python -m ci.baselines record RESULTS [--dir baselines] [--force]``
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from ci import evidence
 from ci.cli import run_main
-from ci.errors import DataError, NoBaselineError, UsageError
+from ci.errors import DataError, IncompleteEvidenceError, NoBaselineError, UsageError
 from ci.gpu import slug
+from ci.jsonio import dumps
 from ci.results import BenchResults, load_results
 
 DEFAULT_DIR = Path("baselines")
+SUITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def baseline_path(results: BenchResults, root: Path = DEFAULT_DIR) -> Path:
+    if not SUITE_NAME.match(results.suite) or ".." in results.suite:
+        raise DataError(
+            f"suite {results.suite!r} is not a plain name (letters, digits, '.', '_', '-'): "
+            "a baseline's file name comes from it; re-create the results with a stage of this gate"
+        )
     model, count = results.gpu_key()
     prefix = "" if results.kind == "kernel-bench" else "tpot-"
     return root / slug(model, count) / f"{prefix}{results.suite}.json"
@@ -59,11 +72,37 @@ def record(results_path: Path, root: Path = DEFAULT_DIR, *, force: bool = False)
     if results.settings.get("aa"):
         raise UsageError(f"{results_path} is an A/A run (the base build against itself): it measures noise, "
                          "not a build; record the results of an A/B run instead")  # fmt: skip
+    problems = evidence.record_problems(results)
+    if problems:
+        raise IncompleteEvidenceError(
+            f"{results_path} cannot be a baseline: " + "; ".join(problems) + ". Record a complete, clean A/B run"
+        )
     path = baseline_path(results, root)
     if path.exists() and not force:
         raise UsageError(f"{path} exists; pass --force to replace it (the old one is kept in git history)")
-    results.save(path)
+    _write_exclusive(path, dumps(results.to_json()) + "\n", replace=force)
     return path
+
+
+def _write_exclusive(path: Path, text: str, *, replace: bool) -> None:
+    """Write ``path`` whole: a temporary file, then a hard link that fails if ``path`` appeared
+    meanwhile (two records at once: exactly one wins), or a rename over it with ``replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(name)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    try:
+        os.chmod(tmp, 0o644)
+        if replace:
+            os.replace(tmp, path)
+            return
+        try:
+            os.link(tmp, path)
+        except FileExistsError as exc:
+            raise UsageError(f"{path} was recorded by someone else meanwhile; pass --force to replace it") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -28,7 +28,7 @@ from pathlib import Path
 from ci import gpu, provenance, stats
 from ci.build import load_trees
 from ci.cli import run_main
-from ci.errors import DataError, NoGPUError, UsageError
+from ci.errors import GPUBusyError, UsageError, WrongResultsError
 from ci.results import BenchResults, CaseResult
 from ci.spec import BLOCK_SIZES_M, NON_EP
 
@@ -147,14 +147,14 @@ def check_outputs_agree(runner: CaseRunner, base, cand) -> dict:
     r = runner.inputs[0]
     a, b = runner.call(base, r), runner.call(cand, r)
     if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
-        raise DataError(f"{runner.case.id}: NaN/Inf in the output; refusing to time wrong results")
+        raise WrongResultsError(f"{runner.case.id}: NaN/Inf in the output; refusing to time wrong results")
     diff = float((a.double() - b.double()).norm() / a.double().norm().clamp_min(1e-30))
     identical = bool(torch.equal(a, b))
     if runner.case.ep == 1 and not identical:
-        raise DataError(f"{runner.case.id}: global_num_experts == -1 but candidate output != base output")
+        raise WrongResultsError(f"{runner.case.id}: global_num_experts == -1 but candidate output != base output")
     if diff > EP_EQUAL_BOUND:
-        raise DataError(f"{runner.case.id}: candidate differs from base (rel L2 {diff:.2e}); refusing to time")
-    return {"identical": identical, "rel_l2": diff}
+        raise WrongResultsError(f"{runner.case.id}: candidate differs from base (rel L2 {diff:.2e}); refusing to time")
+    return {"ok": True, "identical": identical, "rel_l2": diff}
 
 
 def picked_block_size(runner: CaseRunner, module) -> int:
@@ -169,10 +169,8 @@ def run_case(runner: CaseRunner, variants, repeats: int) -> CaseResult:
     picks = {v.name: picked_block_size(runner, v.marlin_moe) for v in variants}
     graphs = {v.name: runner.capture(v.marlin_moe) for v in variants}
     samples: dict[str, list[float]] = {"base": [], "candidate": []}
-    for r in range(repeats):
-        order = ("base", "candidate") if r % 2 == 0 else ("candidate", "base")
-        for name in order:
-            samples[name].append(runner.time_us(graphs[name]))
+    for name in stats.interleaved_order(repeats):  # A B, B A, ...: sample i of each build is a pair
+        samples[name].append(runner.time_us(graphs[name]))
     del graphs
     per_bm: dict[str, list[float]] = {}
     bm_graphs = {bm: runner.capture(base.marlin_moe, forced_bm=bm) for bm in BLOCK_SIZES_M}
@@ -204,7 +202,12 @@ def run_case(runner: CaseRunner, variants, repeats: int) -> CaseResult:
     )
 
 
-def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bool = False) -> BenchResults:
+IDENTITY_KEYS = ("shape", "hidden", "intermediate", "global_experts", "local_experts", "topk", "ep", "tokens_per_rank",
+                 "rows", "global_num_experts_arg", "quant", "dtype")  # fmt: skip
+
+
+def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bool = False,
+              case_filter: str | None = None) -> BenchResults:  # fmt: skip
     import torch
 
     from ci import moe_case as mc
@@ -214,7 +217,7 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
     variants = load_variants(trees)
     if aa:  # A/A: the base build against itself, to see the noise the gate must tolerate
         variants = (variants[0], Variant("candidate", variants[0].marlin_moe))
-    started, results, weights_key, experts = time.time(), [], None, None
+    started, results, weights_key, experts, failed = time.time(), [], None, None, {}
     for i, case in enumerate(cases, 1):
         key = (case.shape_name, case.ep)
         if key != weights_key:
@@ -223,7 +226,12 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
             shape = mc.Shape(case.shape_name, case.hidden, case.intermediate, case.experts, case.topk)
             local = mc.rank_view(case.experts, case.ep, 0).local_ids.numel()
             experts = mc.random_packed_experts(shape, torch.bfloat16, local_experts=local, seed=7)
-        result = run_case(CaseRunner(case, experts), variants, repeats)
+        try:
+            result = run_case(CaseRunner(case, experts), variants, repeats)
+        except WrongResultsError as exc:  # the other cases still run; the gate FAILs this one
+            failed[case.id] = str(exc)
+            print(f"bench [{i}/{len(cases)}] {case.id}: NOT TIMED: {exc}", flush=True)
+            continue
         results.append(result)
         med = {k: stats.median(v) for k, v in result.samples.items()}
         bm = result.info["block_size_m"]
@@ -246,6 +254,11 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
             "wall_time_s": round(time.time() - started, 1),
             "aa": aa,
             "candidate": "base (A/A run)" if aa else "candidate tree",
+            "expected_cases": [c.id for c in cases],
+            "complete": True,
+            "case_filter": case_filter,
+            "failed_cases": failed,
+            "identity_keys": list(IDENTITY_KEYS),
         },
         cases=results,
     )
@@ -268,10 +281,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     gpus = gpu.require_gpus()
     busy = gpu.busy_gpus(gpus[:1])
     if busy and not args.allow_busy:
-        raise NoGPUError(f"the GPU is busy: {busy[0]}; wait for it, or pass --allow-busy (timings will be noisy)")
-    results = run_suite(trees, cases, args.repeats, args.suite, aa=args.aa)
+        raise GPUBusyError(f"the GPU is busy: {busy[0]}; wait for it, or pass --allow-busy (timings will be noisy)")
+    results = run_suite(trees, cases, args.repeats, args.suite, aa=args.aa, case_filter=args.cases)
     results.save(args.out)
     print(f"bench: {len(results.cases)} cases written to {args.out}")
+    failed = results.settings["failed_cases"]
+    if failed:
+        raise WrongResultsError(
+            f"{len(failed)} case(s) not timed because the builds disagree or crashed: "
+            + "; ".join(failed.values())
+            + f" (results, with the other cases, in {args.out})"
+        )
     return 0
 
 

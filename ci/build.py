@@ -23,11 +23,13 @@ import argparse
 import hashlib
 import importlib.metadata
 import importlib.util
+import os
 import platform
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,13 +38,14 @@ from pathlib import Path
 
 from ci import patching
 from ci.cli import run_main
-from ci.errors import DataError, MissingDependencyError, UsageError
+from ci.errors import DataError, MissingDependencyError, PatchError, UsageError
 from ci.jsonio import read_json, write_json
 
 DEFAULT_VLLM = "0.25.1"
 PATCHES_DIR = Path(__file__).resolve().parent / "patches"
 DEFAULT_PATCH = PATCHES_DIR / "marlin-ep-m-estimate.patch"
 GATE_DIR = Path(".gate")
+TREES_MARKER = ".gate-trees"  # in every --out folder the builder made: the only kind it will ever replace
 MANIFEST_KIND = "vllm-trees"
 MANIFEST_VERSION = 1
 _VERSION_RE = re.compile(r"^\d+\.\d+\.\d+([.+\-\w]*)$")
@@ -276,27 +279,60 @@ class BuildOptions:
     cache: Path = GATE_DIR / "cache"
 
 
+def _check_out_dir(out: Path) -> None:
+    """``out`` may be replaced only if it is missing, empty, or trees this builder made (its marker)."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise UsageError(f"--out {out}: exists and is not a folder; pick a new folder (nothing was changed)")
+    if out.is_dir() and any(out.iterdir()) and not (out / TREES_MARKER).is_file():
+        raise UsageError(
+            f"--out {out}: the folder holds files the gate did not make (no {TREES_MARKER} in it); the builder "
+            "replaces its --out folder, so pick a new or empty one (nothing was changed or deleted)"
+        )
+
+
 def build_trees(opts: BuildOptions, *, release: Release | None = None) -> Trees:
-    """Build base and candidate trees and write their manifest; return where they are."""
+    """Build base and candidate trees and write their manifest; return where they are.
+
+    Every check comes first (patch, --vllm-src, --out); the trees are built in a fresh folder
+    beside ``out`` and moved into place only when the patch applied and changed something, so
+    a failed build leaves the previous trees, and anything else, as they were."""
     if not opts.patch.is_file():
         raise UsageError(f"--patch {opts.patch}: no such file (the shipped one is {DEFAULT_PATCH})")
+    if opts.vllm_src is not None and not (opts.vllm_src / "vllm").is_dir():
+        raise UsageError(f"--vllm-src {opts.vllm_src}: no vllm/ package in it; point it at a vLLM source checkout")
     files = patching.parse_patch(opts.patch.read_text(), source=str(opts.patch))
+    patching.check_touched_paths(opts.patch)
     taken, ignored = patching.python_paths(files, source=str(opts.patch))
     release = release or resolve_release(opts.vllm, opts.cache)
     slug = tree_slug(release.version, opts.patch, reverse=opts.reverse, src=opts.vllm_src is not None)
-    out = (opts.out or GATE_DIR / "trees" / slug).resolve()
-    shutil.rmtree(out, ignore_errors=True)
+    out = (opts.out or GATE_DIR / "trees" / slug).absolute()
+    _check_out_dir(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    try:
+        _build_into(work, opts, release, taken, ignored)
+        (work / TREES_MARKER).write_text("trees made by python -m ci.build; replaced by the next build\n")
+        _check_out_dir(out)  # again: nothing may have appeared there meanwhile
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            out.rename(old)
+            work.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            work.rename(out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return load_trees(out / "manifest.json")
+
+
+def _build_into(out: Path, opts: BuildOptions, release: Release, taken: list[str], ignored: list[str]) -> Trees:
     release_tree, patched_tree = out / "release", out / "patched"
     make_base_tree(release, release_tree)
     overlaid = overlay_checkout(opts.vllm_src, release_tree) if opts.vllm_src else []
     shutil.copytree(release_tree, patched_tree, symlinks=True)
     _materialize(patched_tree, taken)
     where = f"vLLM {release.version} ({release.source})"
-    try:
-        patching.apply_patch(opts.patch, patched_tree, reverse=opts.reverse, include=["vllm/*"], where=where)
-    except BaseException:
-        shutil.rmtree(out, ignore_errors=True)
-        raise
+    patching.apply_patch(opts.patch, patched_tree, reverse=opts.reverse, include=["vllm/*"], where=where)
     # Forward: base = release, candidate = patched. Reverse: the release holds the patch already.
     base, candidate = (patched_tree, release_tree) if opts.reverse else (release_tree, patched_tree)
     base = base.rename(out / "base")
@@ -305,6 +341,11 @@ def build_trees(opts: BuildOptions, *, release: Release | None = None) -> Trees:
         FileChange(path=p, sha256_before=_hash_or_none(base / p), sha256_after=_hash_or_none(candidate / p))
         for p in taken
     )
+    if all(c.sha256_before == c.sha256_after for c in changes):
+        raise PatchError(
+            f"{opts.patch} applied but changes the content of no file under vllm/ ({', '.join(taken)}): "
+            "the candidate would equal the base (a mode-only change?); nothing to test. Nothing was changed."
+        )
     manifest = TreeManifest(
         vllm_version=release.version,
         vllm_source=release.source + (f" + Python overlay of {opts.vllm_src}" if opts.vllm_src else ""),

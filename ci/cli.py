@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 
-from ci.errors import GateError
+from ci.errors import ExitCode, GateError
 
 Main = Callable[[Sequence[str] | None], int]
 
@@ -20,3 +21,11 @@ def run_main(main: Main, argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception:  # a bug of the gate: never let it pass for a verdict (FAIL is 1)
+        traceback.print_exc()
+        print(
+            f"internal error: the gate itself failed (exit {int(ExitCode.INTERNAL)}); this is a bug, not a verdict "
+            "on the change: report it with the traceback above",
+            file=sys.stderr,
+        )
+        return int(ExitCode.INTERNAL)

@@ -1,9 +1,12 @@
 """Stage 4: the gate. Candidate vs base from one run (A/B), or a run vs its stored baseline.
 
 Per case the statistics of :mod:`ci.stats` give a ratio with a confidence interval and a
-verdict (PASS / FAIL / INCONCLUSIVE / NO_BASELINE); the overall verdict is the worst. The
-report (Markdown on stdout and in ``$GITHUB_STEP_SUMMARY``, JSON, PNG) comes from
-:mod:`ci.report`. Exit code: PASS 0, FAIL 1, INCONCLUSIVE 3, NO_BASELINE 4.
+verdict (PASS / FAIL / INCONCLUSIVE / NO_BASELINE); the overall verdict is the worst. Before
+any of that, :mod:`ci.evidence` says what is missing; a run with missing evidence is
+INCOMPLETE, never PASS. The report (Markdown on stdout and in ``$GITHUB_STEP_SUMMARY``, JSON,
+PNG) comes from :mod:`ci.report`, written into ``--out-dir``: an earlier verdict there is
+removed first, and the new files replace it only once all of them are written. Exit code: PASS 0, FAIL 1,
+INCONCLUSIVE 3, NO_BASELINE 4, INCOMPLETE 10 (errors: README).
 
 Usage: ``python -m ci.compare --results FILE [--mode ab|baseline] [--threshold 0.03] [--confidence 0.95]``
 """
@@ -11,14 +14,17 @@ Usage: ``python -m ci.compare --results FILE [--mode ab|baseline] [--threshold 0
 from __future__ import annotations
 
 import argparse
+import math
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ci import baselines, report, stats
+from ci import baselines, evidence, report, stats
 from ci.cli import run_main
-from ci.errors import ExitCode, NoBaselineError, UsageError
+from ci.errors import DataError, ExitCode, NoBaselineError
 from ci.jsonio import write_json
 from ci.results import BenchResults, CaseResult, load_results
 
@@ -30,7 +36,9 @@ EXIT_CODES = {
     stats.Verdict.FAIL: ExitCode.FAILED,
     stats.Verdict.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
     stats.Verdict.NO_BASELINE: ExitCode.NO_BASELINE,
+    stats.Verdict.INCOMPLETE: ExitCode.INCOMPLETE,
 }
+OUTPUT_FILES = ("verdict.json", "report.md", "plot.png")
 
 
 @dataclass(kw_only=True)
@@ -57,6 +65,7 @@ class GateReport:
     suite: str
     kind: str
     provenance: dict
+    problems: list[str] = field(default_factory=list)  # missing evidence (ci.evidence): INCOMPLETE
 
     def to_json(self) -> dict:
         payload = asdict(self)
@@ -70,6 +79,12 @@ def regret(case: CaseResult) -> dict | None:
     picks = case.info.get("block_size_m")
     if not per_bm or not picks:
         return None
+    if not isinstance(per_bm, dict) or not isinstance(picks, dict):
+        raise DataError(f"case {case.id}: block_sizes_us and block_size_m should be objects")
+    for bm, xs in per_bm.items():
+        numbers = isinstance(xs, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
+        if not str(bm).isdigit() or not numbers or not xs or not all(math.isfinite(x) and x > 0 for x in xs):
+            raise DataError(f"case {case.id}: block_sizes_us[{bm!r}] should be a non-empty list of positive times")
     medians = {int(bm): stats.median(xs) for bm, xs in per_bm.items()}
     best = min(medians, key=medians.get)
     out = {"best_block_size_m": best}
@@ -103,29 +118,28 @@ def _judge(case: CaseResult, ref: list[float], got: list[float], effect: stats.E
 
 def compare_ab(results: BenchResults, threshold: float, confidence: float) -> GateReport:
     """Candidate vs base of the same run, paired round by round."""
-    verdicts = []
+    verdicts = _failed(results)
     for case in results.cases:
         if not {"base", "candidate"} <= set(case.samples):
-            raise UsageError(f"case {case.id}: A/B needs samples of both 'base' and 'candidate'")
+            continue  # a problem of the evidence (ci.evidence), reported as INCOMPLETE
         base, cand = case.samples["base"], case.samples["candidate"]
         n = min(len(base), len(cand))  # an interrupted run can end between the two rounds of a pair
-        if n == 0:
-            raise UsageError(f"case {case.id}: no complete base/candidate pair of rounds")
         verdict = _judge(case, base[:n], cand[:n], stats.paired_effect(base[:n], cand[:n], confidence), threshold)
         if n < max(len(base), len(cand)):
             verdict.notes.append(f"{max(len(base), len(cand)) - n} unpaired round(s) left out of the paired test")
         verdicts.append(verdict)
-    return _report("ab", "base build of the same run", results, verdicts, threshold, confidence)
+    problems = evidence.run_problems(results)
+    return _report("ab", "base build of the same run", results, verdicts, threshold, confidence, problems)
 
 
 def compare_baseline(
     results: BenchResults, baseline: BenchResults, side: str, threshold: float, confidence: float, where: str
 ) -> GateReport:
     """This run's ``side`` build vs the same build in the stored baseline (unpaired)."""
-    verdicts = []
+    verdicts = _failed(results)
     for case in results.cases:
         if side not in case.samples:
-            raise UsageError(f"case {case.id}: no samples of build {side!r}")
+            continue  # a problem of the evidence (ci.evidence), reported as INCOMPLETE
         stored = baseline.case(case.id)
         if stored is None or side not in stored.samples:
             verdicts.append(
@@ -141,16 +155,34 @@ def compare_baseline(
             continue
         ref, got = stored.samples[side], case.samples[side]
         verdicts.append(_judge(case, ref, got, stats.unpaired_effect(ref, got, confidence), threshold))
-    return _report("baseline", f"{side} build in {where}", results, verdicts, threshold, confidence)
+    problems = evidence.baseline_problems(results, baseline, side)
+    return _report("baseline", f"{side} build in {where}", results, verdicts, threshold, confidence, problems)
 
 
-def _report(mode, reference, results, verdicts, threshold, confidence) -> GateReport:
+def _failed(results: BenchResults) -> list[CaseVerdict]:
+    """Cases the stage could not time because a build failed there (wrong numbers, a crash): FAIL."""
+    return [
+        CaseVerdict(
+            id=cid,
+            unit="-",
+            reference_median=None,
+            measured_median=math.nan,
+            verdict=stats.Verdict.FAIL,
+            notes=[f"not timed: {why}"],
+        )
+        for cid, why in evidence.failed_cases(results).items()
+    ]
+
+
+def _report(mode, reference, results, verdicts, threshold, confidence, problems) -> GateReport:
+    found = [v.verdict for v in verdicts] + ([stats.Verdict.INCOMPLETE] if problems else [])
     return GateReport(
         mode=mode,
         reference=reference,
         threshold=threshold,
         confidence=confidence,
-        overall=stats.overall([v.verdict for v in verdicts]),
+        overall=stats.overall(found),
+        problems=problems,
         cases=verdicts,
         suite=results.suite,
         kind=results.kind,
@@ -182,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--confidence", type=_fraction, default=stats.DEFAULT_CONFIDENCE, help="of the interval (0.95)")
     parser.add_argument("--out-dir", type=Path, help="where to write verdict.json, report.md and plot.png")
     args = parser.parse_args(argv)
+    out_dir = args.out_dir or args.results.parent / f"{args.results.stem}-{args.mode}"
+    _clear_outputs(out_dir)  # an earlier verdict must not outlive a run that ends in an error
     results = load_results(args.results)
     if args.mode == "ab":
         gate = compare_ab(results, args.threshold, args.confidence)
@@ -194,15 +228,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(ExitCode.NO_BASELINE)
         where = str(baselines.baseline_path(results, args.baseline_dir))
         gate = compare_baseline(results, stored, args.side, args.threshold, args.confidence, where)
-    out_dir = args.out_dir or args.results.parent / f"{args.results.stem}-{args.mode}"
     markdown = report.markdown(gate) + report.details_markdown(results)
     print(markdown)
     report.to_step_summary(markdown)
-    write_json(out_dir / "verdict.json", gate.to_json())
-    (out_dir / "report.md").write_text(markdown)
-    plot = report.plot(gate, results, out_dir / "plot.png")
+    plot = _write_outputs(out_dir, gate, results, markdown)
     print(f"gate: {gate.overall.value}; wrote {out_dir / 'verdict.json'}, report.md" + (", plot.png" if plot else ""))
     return int(EXIT_CODES[gate.overall])
+
+
+def _clear_outputs(out_dir: Path) -> None:
+    """Remove this stage's own files from an earlier run (never anything else in the folder)."""
+    for name in OUTPUT_FILES:
+        (out_dir / name).unlink(missing_ok=True)
+
+
+def _write_outputs(out_dir: Path, gate: GateReport, results: BenchResults, markdown: str) -> bool:
+    """Write verdict, report and plot into a fresh folder beside ``out_dir``, then move them in together."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".gate-", dir=out_dir))
+    try:
+        write_json(staging / "verdict.json", gate.to_json())
+        (staging / "report.md").write_text(markdown)
+        plot = report.plot(gate, results, staging / "plot.png") is not None
+        _clear_outputs(out_dir)
+        for name in OUTPUT_FILES:
+            if (staging / name).exists():
+                (staging / name).replace(out_dir / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return plot
 
 
 if __name__ == "__main__":

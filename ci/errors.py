@@ -1,7 +1,9 @@
 """One user-error hierarchy with a distinct exit code per kind.
 
 The CLIs catch :class:`GateError` and print its message (what happened, the likely
-cause, what to run next) instead of a traceback.
+cause, what to run next) instead of a traceback. Any other exception is a bug of the gate:
+it exits with ``INTERNAL`` (70, sysexits' EX_SOFTWARE), never with a verdict's code.
+The codes are the gate's API (workflows branch on them): keep them stable.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ class ExitCode(enum.IntEnum):
     DATA = 7  # a results or baseline file is missing, corrupt or of an unknown schema
     SERVER = 8  # vllm serve / vllm bench serve failed
     ENVIRONMENT = 9  # vLLM or a tool is missing
+    INCOMPLETE = 10  # the evidence is incomplete (cases, rounds or samples missing, failed requests): re-run
+    GPU_BUSY = 11  # a GPU is there but another workload is using it
+    WRONG_RESULTS = 12  # the candidate computed wrong numbers (or crashed) in a case: a correctness failure
+    INTERNAL = 70  # a bug in the gate itself (an unexpected exception): report it with the traceback
 
 
 class GateError(Exception):
@@ -54,3 +60,15 @@ class ServerError(GateError):
 
 class MissingDependencyError(GateError):
     exit_code = ExitCode.ENVIRONMENT
+
+
+class IncompleteEvidenceError(GateError):
+    exit_code = ExitCode.INCOMPLETE
+
+
+class GPUBusyError(GateError):
+    exit_code = ExitCode.GPU_BUSY
+
+
+class WrongResultsError(GateError):
+    exit_code = ExitCode.WRONG_RESULTS

@@ -5,7 +5,8 @@ Presence is checked without importing torch (NVML through nvidia-ml-py, else
 installing anything.
 
 CLI: ``python -m ci.gpu check`` (exit 6 and one line when there is no usable GPU),
-``python -m ci.gpu fingerprint`` (JSON).
+``python -m ci.gpu fingerprint`` (JSON), ``python -m ci.gpu leftovers [--kill-own] [--run-id TAG]``
+(this run's processes still alive: those whose environment carries ``GATE_RUN_ID=TAG``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from ci import stats
 from ci.cli import run_main
-from ci.errors import NoGPUError
+from ci.errors import NoGPUError, UsageError
 
 NO_GPU_MESSAGE = (
     "no CUDA GPU on this host: gpu_tests needs one (the GPU suite, benchmarks and TPOT run only there); "
@@ -213,30 +214,47 @@ def pin_xdist_worker() -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(chosen.index)
 
 
-OWN_PROCESS_MARKERS = ("vllm.entrypoints.cli.main", "VLLM::", "ci.bench", "ci.tpot")
+RUN_ID_ENV = "GATE_RUN_ID"  # every process a gate run starts carries it: leftovers are found by it, not by name
 
 
-def own_leftovers() -> list[tuple[int, str]]:
-    """(pid, command) of this user's processes the gate starts (vllm servers and engines, benches)."""
+def run_id() -> str:
+    """This run's tag (``$GATE_RUN_ID``, e.g. the workflow's run id), made up and exported when unset,
+    so the servers and clients this process starts inherit it."""
+    if not os.environ.get(RUN_ID_ENV):
+        import secrets
+
+        os.environ[RUN_ID_ENV] = f"{os.getpid()}-{secrets.token_hex(4)}"
+    return os.environ[RUN_ID_ENV]
+
+
+def _environ(proc: Path) -> dict[str, str]:
+    raw = (proc / "environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+def own_leftovers(tag: str) -> list[tuple[int, str]]:
+    """(pid, command) of this user's processes that carry ``GATE_RUN_ID=tag`` (a run's servers, engines,
+    clients), never another job's: two jobs on one runner each clean up only their own."""
+    if not tag:
+        raise UsageError(f"leftovers need a run tag: set {RUN_ID_ENV} (the workflows set it per job) or pass --run-id")
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
         pid = int(proc.name)
         if pid == os.getpid():
             continue
         try:
-            if proc.stat().st_uid != os.getuid():
+            if proc.stat().st_uid != os.getuid() or _environ(proc).get(RUN_ID_ENV) != tag:
                 continue
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
-        if any(m in cmd for m in OWN_PROCESS_MARKERS):
-            found.append((pid, cmd))
+        found.append((pid, cmd))
     return found
 
 
-def kill_own_leftovers(only: set[int] | None = None) -> list[tuple[int, str]]:
-    """SIGKILL this user's leftover gate processes (or just those in ``only``); return what was found."""
-    found = [(pid, cmd) for pid, cmd in own_leftovers() if only is None or pid in only]
+def kill_own_leftovers(tag: str) -> list[tuple[int, str]]:
+    """SIGKILL the processes of run ``tag`` that are still there; return what was found."""
+    found = own_leftovers(tag)
     for pid, _ in found:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -264,7 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu: {len(gpus)} visible: " + ", ".join(f"{g.index}:{g.name}" for g in gpus))
         return 0
     if args and args[0] == "leftovers":
-        found = kill_own_leftovers() if "--kill-own" in args else own_leftovers()
+        tag = args[args.index("--run-id") + 1] if "--run-id" in args[:-1] else os.environ.get(RUN_ID_ENV, "")
+        found = kill_own_leftovers(tag) if "--kill-own" in args else own_leftovers(tag)
         for pid, cmd in found:
             print(f"gpu: leftover process {pid}{' (killed)' if '--kill-own' in args else ''}: {cmd[:160]}")
         _, gpus = query()
@@ -274,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args == ["fingerprint"]:
         print(json.dumps(fingerprint(), indent=1))
         return 0
-    print("usage: python -m ci.gpu check|fingerprint|leftovers [--kill-own]", file=sys.stderr)
+    print("usage: python -m ci.gpu check|fingerprint|leftovers [--kill-own] [--run-id TAG]", file=sys.stderr)
     return 2
 
 

@@ -51,8 +51,9 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
         raise
 
 
-def read_json(path: Path | str, *, kind: str, versions: tuple[int, ...]) -> dict[str, Any]:
-    """Read a file written by :func:`write_json`, checking its ``kind`` and ``schema_version``."""
+def read_json(path: Path | str, *, kind: str | None, versions: tuple[int, ...]) -> dict[str, Any]:
+    """Read a file written by :func:`write_json`, checking its ``kind`` (``None``: any, checked by
+    the caller) and ``schema_version``."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file")
@@ -63,7 +64,7 @@ def read_json(path: Path | str, *, kind: str, versions: tuple[int, ...]) -> dict
     if not isinstance(payload, dict):
         raise DataError(f"{path}: expected a JSON object, found {type(payload).__name__}")
     found_kind = payload.get("kind")
-    if found_kind != kind:
+    if kind is not None and found_kind != kind:
         raise DataError(f"{path}: expected a {kind!r} file, found kind={found_kind!r}")
     version = payload.get("schema_version")
     if version not in versions:

@@ -78,6 +78,53 @@ def python_paths(files: tuple[FilePatch, ...], *, source: str) -> tuple[list[str
     return taken, ignored
 
 
+_MOVE_RE = re.compile(r"^ (?:rename|copy) (?P<what>.+) \(\d+%\)$")
+_BRACES_RE = re.compile(r"^(?P<pre>.*)\{(?P<old>.*) => (?P<new>.*)\}(?P<post>.*)$")
+
+
+def touched_paths(patch: Path) -> list[tuple[str, str]]:
+    """(old path, new path) of every file the patch touches, as ``git apply --numstat --summary``
+    reads it: a rename or copy names both ends (``vllm/{a.py => b.py}`` expanded), any other
+    file the same path twice."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        done = _git(Path(scratch), "apply", "--numstat", "--summary", str(patch.resolve()))
+    if done.returncode != 0:
+        raise PatchError(f"{patch}: git apply cannot read it: {done.stderr.strip() or 'no detail'}")
+    pairs = []
+    for line in done.stdout.splitlines():
+        if m := _MOVE_RE.match(line):
+            if b := _BRACES_RE.match(m["what"]):
+                old, new = b["pre"] + b["old"] + b["post"], b["pre"] + b["new"] + b["post"]
+            else:
+                old, _, new = m["what"].partition(" => ")
+            pairs.append((old.replace("//", "/"), new.replace("//", "/")))
+        elif line.count("\t") == 2:  # numstat: added, deleted, path (a rename's path is its new one)
+            path = line.split("\t")[2]
+            if " => " not in path:
+                pairs.append((path, path))
+    return pairs
+
+
+def check_touched_paths(patch: Path) -> None:
+    """Refuse what a Python-only tree cannot test: a file moved into or out of ``vllm/``, or any
+    end of a rename in compiled sources (``python_paths`` reads only each section's new path)."""
+    for old, new in touched_paths(patch):
+        what = f"changes {new}" if old == new else f"moves {old} to {new}"
+        for path in {old, new}:
+            if path.startswith(COMPILED_PREFIXES) or path.endswith(COMPILED_SUFFIXES):
+                raise PatchError(
+                    f"{patch} {what}: a patch touching CUDA/C++ sources needs a full build of vLLM, "
+                    "which this gate does not do; test it on a vLLM built from source with --vllm installed"
+                )
+        if old.startswith(PATCHED_PREFIX) != new.startswith(PATCHED_PREFIX):
+            raise PatchError(
+                f"{patch} moves {old} to {new}, across the vllm/ package: the trees take only vllm/, so half of "
+                "that move would be tested; split the patch or keep the file inside vllm/"
+            )
+
+
 def _git(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
     git = shutil.which("git")
     if git is None:

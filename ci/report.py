@@ -17,6 +17,7 @@ MARKS = {
     Verdict.FAIL: "**FAIL**",
     Verdict.INCONCLUSIVE: "~INCONCLUSIVE",
     Verdict.NO_BASELINE: "NO_BASELINE",
+    Verdict.INCOMPLETE: "**INCOMPLETE**",
 }
 
 
@@ -73,8 +74,9 @@ def markdown(gate) -> str:
         ]
         lines.append("| " + " | ".join(row) + " |")
     counts = {v: sum(c.verdict == v for c in gate.cases) for v in Verdict}
-    unit = gate.cases[0].unit if gate.cases else ""
-    method = gate.cases[0].effect.method if gate.cases and gate.cases[0].effect else ""
+    timed = [c for c in gate.cases if c.effect is not None]
+    unit = timed[0].unit if timed else ""
+    method = timed[0].effect.method if timed else ""
     widths = [c.effect.ci_high - c.effect.ci_low for c in gate.cases if c.effect and math.isfinite(c.effect.ci_high)]
     lines += [
         "",
@@ -89,6 +91,9 @@ def markdown(gate) -> str:
     notes = [f"- {c.id}: {n}" for c in gate.cases for n in c.notes]
     if notes:
         lines += ["", "Notes:", *notes]
+    if gate.problems:
+        lines += ["", "**Incomplete evidence** (no PASS without it; re-run what is missing):",
+                  *[f"- {p}" for p in gate.problems]]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

@@ -53,14 +53,29 @@ class BenchResults:
         write_json(path, self.to_json())
 
 
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def _check_samples(where: str, case_id: str, samples: Any) -> dict[str, list[float]]:
     if not isinstance(samples, dict) or not samples:
         raise DataError(f"{where}: case {case_id!r} has no samples")
     for side, xs in samples.items():
-        ok = isinstance(xs, list) and all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in xs)
-        if not ok:
+        if not isinstance(xs, list) or not xs:
+            raise DataError(f"{where}: case {case_id!r}, build {side!r}: samples must be a non-empty list")
+        if not all(_is_number(x) and x > 0 for x in xs):
             raise DataError(f"{where}: case {case_id!r}, build {side!r}: samples must be positive finite numbers")
     return samples
+
+
+def _check_provenance(where: str, provenance: dict[str, Any]) -> None:
+    """The part of the provenance the gate keys on: ``gpu`` with a list of GPUs, each named."""
+    gpu = provenance.get("gpu", {})
+    if not isinstance(gpu, dict):
+        raise DataError(f"{where}: provenance.gpu should be an object, found {gpu!r}")
+    gpus = gpu.get("gpus", [])
+    if not isinstance(gpus, list) or not all(isinstance(g, dict) and isinstance(g.get("name"), str) for g in gpus):
+        raise DataError(f"{where}: provenance.gpu.gpus should be a list of objects with a 'name', found {gpus!r}")
 
 
 def load_results(path: Path | str, *, kind: str | None = None) -> BenchResults:
@@ -77,27 +92,39 @@ def load_results(path: Path | str, *, kind: str | None = None) -> BenchResults:
                 id=case_id,
                 unit=require(raw, "unit", str, where),
                 samples=_check_samples(where, case_id, raw.get("samples")),
-                info=raw.get("info", {}),
-                extra=raw.get("extra", {}),
+                info=_object(raw, "info", where, case_id),
+                extra=_object(raw, "extra", where, case_id),
             )
         )
     ids = [c.id for c in cases]
-    if len(set(ids)) != len(ids):
-        raise DataError(f"{where}: duplicate case ids")
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise DataError(f"{where}: duplicate case ids {duplicates}")
+    provenance = require(payload, "provenance", dict, where)
+    _check_provenance(where, provenance)
+    settings = require(payload, "settings", dict, where)
+    expected = settings.get("expected_cases")
+    if expected is not None and not (isinstance(expected, list) and all(isinstance(i, str) for i in expected)):
+        raise DataError(f"{where}: settings.expected_cases should be a list of case ids, found {expected!r}")
     return BenchResults(
         kind=payload["kind"],
         suite=require(payload, "suite", str, where),
-        provenance=require(payload, "provenance", dict, where),
-        settings=require(payload, "settings", dict, where),
+        provenance=provenance,
+        settings=settings,
         cases=cases,
     )
 
 
-def _read_any(path: Path) -> dict[str, Any]:
-    for kind in KINDS:
-        try:
-            return read_json(path, kind=kind, versions=(RESULTS_VERSION,))
-        except DataError as exc:
-            if "expected a" not in str(exc):
-                raise
-    raise DataError(f"{path}: not a results file (kind should be one of {KINDS})")
+def _object(raw: dict[str, Any], key: str, where: str, case_id: str) -> dict[str, Any]:
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        raise DataError(f"{where}: case {case_id!r}: field {key!r} should be an object, found {value!r}")
+    return value
+
+
+def _read_any(path: Path | str) -> dict[str, Any]:
+    """A results file of any kind: the kind is read from the file, then checked like any other."""
+    probe = read_json(path, kind=None, versions=(RESULTS_VERSION,))
+    if probe.get("kind") not in KINDS:
+        raise DataError(f"{path}: not a results file (kind {probe.get('kind')!r}, should be one of {KINDS})")
+    return probe

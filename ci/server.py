@@ -9,6 +9,7 @@ success, on failure and on Ctrl-C alike.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -44,6 +45,16 @@ def free_port(start: int) -> int:
     raise ServerError(f"no free port in {start}..{start + 199}")
 
 
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): get SIGTERM when the parent dies, even by SIGKILL, so a
+    killed gate never leaves a server holding the GPU."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
         text = path.read_text(errors="replace").splitlines()
@@ -55,8 +66,10 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 class Server:
     """``with Server(...) as s: s.wait_healthy(timeout)`` — always stopped on exit."""
 
-    def __init__(self, name: str, argv: Sequence[str], *, port: int, log: Path, env: dict[str, str]) -> None:
+    def __init__(self, name: str, argv: Sequence[str], *, port: int, log: Path, env: dict[str, str],
+                 served_name: str | None = None) -> None:  # fmt: skip
         self.name, self.argv, self.port, self.log, self.env = name, list(argv), port, log, env
+        self.served_name = served_name  # when set, /v1/models must list it: the port is held by this server
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -69,8 +82,9 @@ class Server:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as fh:
             self.proc = subprocess.Popen(
-                self.argv, stdout=fh, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
-            )
+                self.argv, stdout=fh, stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )  # fmt: skip
         return self
 
     def _died(self) -> ServerError:
@@ -92,12 +106,28 @@ class Server:
             if self.proc is None or self.proc.poll() is not None:
                 raise self._died()
             if self.healthy():
+                self._check_ours()
                 return time.monotonic() - t0
             time.sleep(HEALTH_POLL_S)
         raise ServerError(
             f"{self.name} was not healthy after {timeout_s:.0f} s (raise --health-timeout if start-up is slow); "
             f"last lines of {self.log}:\n{log_tail(self.log)}"
         )
+
+    def _check_ours(self) -> None:
+        """The server on the port must answer as ``served_name``: another run's server could hold it."""
+        if not self.served_name:
+            return
+        try:
+            with urllib.request.urlopen(f"{self.url}/v1/models", timeout=5) as resp:
+                names = [m.get("id") for m in json.loads(resp.read()).get("data", [])]
+        except (urllib.error.URLError, OSError, ValueError, AttributeError) as exc:
+            names = [f"<no model list: {exc}>"]
+        if self.served_name not in names:
+            raise ServerError(
+                f"{self.name}: the server on port {self.port} answers as {names}, not as this run's "
+                f"{self.served_name!r}: another server holds the port; stop it or let the gate pick another port"
+            )
 
     def check_alive(self) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -18,6 +18,9 @@ Verdict, with ratio = candidate / base (or run / baseline) and threshold ``t`` (
 * PASS when the whole interval lies at or below ``1 + t``;
 * INCONCLUSIVE when the interval straddles ``1 + t``: re-run with more repeats.
 
+A run whose evidence is incomplete (``ci.evidence``: cases, rounds or samples missing) is
+INCOMPLETE whatever its intervals say; only a proven FAIL outranks it.
+
 The README states the false-alarm and detection rates measured with :func:`simulate`.
 """
 
@@ -45,6 +48,7 @@ class Verdict(str, enum.Enum):
     FAIL = "FAIL"
     INCONCLUSIVE = "INCONCLUSIVE"
     NO_BASELINE = "NO_BASELINE"
+    INCOMPLETE = "INCOMPLETE"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,14 +137,35 @@ def decide(effect: Effect, threshold: float = DEFAULT_THRESHOLD) -> Verdict:
     return Verdict.INCONCLUSIVE
 
 
+OVERALL_ORDER = (Verdict.FAIL, Verdict.INCOMPLETE, Verdict.INCONCLUSIVE, Verdict.NO_BASELINE)
+
+
 def overall(verdicts: Sequence[Verdict]) -> Verdict:
-    """FAIL if any case fails; else INCONCLUSIVE if any is; else NO_BASELINE if any has none; else PASS."""
-    for v in (Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.NO_BASELINE):
+    """The worst: FAIL, then INCOMPLETE, INCONCLUSIVE, NO_BASELINE; PASS only when every case passed.
+
+    No verdicts at all is INCOMPLETE: a PASS needs evidence."""
+    if not verdicts:
+        return Verdict.INCOMPLETE
+    for v in OVERALL_ORDER:
         if v in verdicts:
             return v
     return Verdict.PASS
 
 
+def interleaved_order(rounds: int, sides: Sequence[str] = ("base", "candidate")) -> list[str]:
+    """The order builds are measured in, balanced against drift: A B | B A | A B ... (``rounds`` pairs).
+
+    Pairs are what the paired test compares; alternating which build goes first within a pair
+    cancels a steady drift (warming, clocks) instead of charging it to one build."""
+    order: list[str] = []
+    for r in range(rounds):
+        order += list(sides) if r % 2 == 0 else list(reversed(sides))
+    return order
+
+
+# The simulation documents error rates (README); it decides no verdict, and its output is pinned only
+# coarsely (test_error_rates_at_default_repeats), so mutation testing leaves it out.
+# pragma: no mutate start
 def _noisy(true_time: float, cv: float, rng: random.Random) -> float:
     t = true_time * math.exp(rng.gauss(0.0, cv))
     return t * (1 + SIM_OUTLIER_SIZE) if rng.random() < SIM_OUTLIER_PROB else t
@@ -166,3 +191,4 @@ def simulate(
         effect = paired_effect(base, cand, confidence) if paired else unpaired_effect(base, cand, confidence)
         counts[decide(effect, threshold)] += 1
     return {v: c / trials for v, c in counts.items()}
+    # pragma: no mutate end

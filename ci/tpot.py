@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ci import gpu, provenance, stats
-from ci.build import Trees, load_trees
+from ci.build import Trees, load_trees, sha256_file
 from ci.cli import run_main
 from ci.errors import DataError, MissingDependencyError, NoGPUError, ServerError, UsageError
 from ci.results import BenchResults, CaseResult
@@ -176,7 +176,13 @@ def server_env(tree: Path) -> dict[str, str]:
     return env
 
 
-def serve_argv(tree: Path, model: Path, *, port: int, profile: Profile, dp: int, seed: int) -> list[str]:
+def served_name(build: str) -> str:
+    """The model name a server of this run answers to: proves a port is held by this run's server."""
+    return f"gate-{gpu.run_id()}-{build}"
+
+
+def serve_argv(tree: Path, model: Path, *, port: int, profile: Profile, dp: int, seed: int,
+               name: str | None = None) -> list[str]:  # fmt: skip
     argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
             "--tokenizer", str(TOKENIZER_DIR), "--load-format", "dummy", "--port", str(port),
             "--host", "127.0.0.1", "--seed", str(seed), "--max-model-len", str(profile.max_model_len),
@@ -188,17 +194,24 @@ def serve_argv(tree: Path, model: Path, *, port: int, profile: Profile, dp: int,
             "--compilation-config", profile.compilation_config]  # fmt: skip
     if dp > 1:
         argv += ["--data-parallel-size", str(dp), "--enable-expert-parallel"]
+    if name:
+        argv += ["--served-model-name", name]
     return argv + moe_backend_flag(tree)
 
 
-def bench_args(model: Path, *, port: int, profile: Profile, prompts: int, out: Path, seed: int) -> list[str]:
-    """The arguments of ``vllm bench serve`` for one round (greedy, fixed lengths, same prompts each round)."""
+def bench_args(model: Path, *, port: int, profile: Profile, prompts: int, out: Path, seed: int,
+               name: str | None = None) -> list[str]:  # fmt: skip
+    """The arguments of ``vllm bench serve`` for one round (greedy, fixed lengths, same prompts each round).
+
+    With ``name`` the requests ask for that served model, so a server of another run on the port
+    answers 404 (failed requests, a ServerError) instead of being measured."""
     return ["--backend", "vllm", "--model", str(model), "--tokenizer", str(TOKENIZER_DIR),
             "--base-url", f"http://127.0.0.1:{port}", "--dataset-name", "random",
             "--random-input-len", str(profile.input_len), "--random-output-len", str(profile.output_len),
             "--max-concurrency", str(profile.concurrency), "--num-prompts", str(prompts), "--ignore-eos",
             "--temperature", "0", "--disable-tqdm", "--seed", str(seed), "--save-result",
-            "--result-dir", str(out.parent), "--result-filename", out.name]  # fmt: skip
+            "--result-dir", str(out.parent), "--result-filename", out.name,
+            *(["--served-model-name", name] if name else [])]  # fmt: skip
 
 
 def bench_argv(model: Path, **kw) -> list[str]:
@@ -254,7 +267,7 @@ class BenchClient:
         self.proc.stdin.flush()
         answer = self._reply(tag, ROUND_TIMEOUT_S)
         if not answer.get("ok"):
-            raise DataError(f"vllm bench serve ({tag}) failed: {answer.get('error')}; see {self.log}")
+            raise ServerError(f"vllm bench serve ({tag}) failed: {answer.get('error')}; see {self.log}")
 
     def close(self) -> None:
         if self.proc is None:
@@ -283,17 +296,14 @@ def parse_bench_result(path: Path, build: str) -> RoundResult:
         raise DataError(f"{path}: vllm bench serve result lacks {missing}; is this a --save-result file?")
     failed = int(data.get("failed", 0) or 0)
     if data["completed"] == 0 or failed:
-        raise DataError(f"{path}: {failed} requests failed, {data['completed']} completed; see the server log")
+        raise ServerError(f"{path}: {failed} requests failed, {data['completed']} completed; see the server log")
     return RoundResult(build=build, **{k: float(data[k]) for k in keys[:-1]}, completed=int(data["completed"]),
                        failed=failed)  # fmt: skip
 
 
 def round_order(rounds: int) -> list[str]:
     """Interleaved builds, balanced against drift: base cand | cand base | base cand ..."""
-    order: list[str] = []
-    for r in range(rounds):
-        order += list(BUILDS) if r % 2 == 0 else list(reversed(BUILDS))
-    return order
+    return stats.interleaved_order(rounds, BUILDS)
 
 
 @dataclass
@@ -312,13 +322,17 @@ class Runner:
         return self.trees.base if build == "base" or self.aa else self.trees.candidate
 
     def server(self, build: str, port: int) -> Server:
-        argv = serve_argv(self.tree(build), self.model, port=port, profile=self.profile, dp=self.dp, seed=self.seed)
+        name = served_name(build)
+        argv = serve_argv(self.tree(build), self.model, port=port, profile=self.profile, dp=self.dp, seed=self.seed,
+                          name=name)  # fmt: skip
         env = server_env(self.tree(build))
-        return Server(f"vllm serve ({build})", argv, port=port, log=self.out_dir / f"server-{build}.log", env=env)
+        return Server(f"vllm serve ({build})", argv, port=port, log=self.out_dir / f"server-{build}.log", env=env,
+                      served_name=name)  # fmt: skip
 
     def bench(self, build: str, server: Server, tag: str, prompts: int) -> RoundResult:
         out = self.out_dir / f"bench-{tag}.json"
-        kw = {"port": server.port, "profile": self.profile, "prompts": prompts, "out": out, "seed": self.seed}
+        kw = {"port": server.port, "profile": self.profile, "prompts": prompts, "out": out, "seed": self.seed,
+              "name": server.served_name}  # fmt: skip
         out.unlink(missing_ok=True)  # a file left by an earlier run must not pass for this round's
         with gpu.StateSampler() as machine:
             if self.client is not None:
@@ -334,7 +348,7 @@ class Runner:
                     done = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
                 server.check_alive()
                 if done.returncode != 0:
-                    raise DataError(f"vllm bench serve ({tag}) exited with {done.returncode}; see {log}")
+                    raise ServerError(f"vllm bench serve ({tag}) exited with {done.returncode}; see {log}")
         return replace(parse_bench_result(out, build), machine=machine.summary())
 
 
@@ -395,11 +409,28 @@ def run_rounds(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundResu
             if mode == "sequential":
                 servers.pop(build).stop()
     finally:
-        for s in servers.values():
-            s.stop()
-        if runner.client is not None:
-            runner.client.close()
+        with _signals_held():  # a second Ctrl-C or SIGTERM must not cut the clean-up short
+            for s in servers.values():
+                s.stop()
+            if runner.client is not None:
+                runner.client.close()
     return rounds, startup
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Ignore SIGINT and SIGTERM in the block (main thread only), then restore the handlers."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
 
 def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mode: str, rounds: list[RoundResult],
@@ -408,12 +439,14 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
     """The results file of a TPOT A/B: one case, the median TPOT of each round as its samples."""
     profile = profile or PROFILES[profile_name]
     complete = len(rounds) == 2 * profile.rounds
+    case_id = f"{model}/dp{dp}-ep{dp if dp > 1 else 1}/{profile_name}"
     case = CaseResult(
-        id=f"{model}/dp{dp}-ep{dp if dp > 1 else 1}/{profile_name}",
+        id=case_id,
         unit="ms median TPOT",
         samples={b: [r.median_tpot_ms for r in rounds if r.build == b] for b in BUILDS},
         info={
             "model": model,
+            "model_config_sha256": sha256_file(model_dir(model) / "config.json"),
             "dp": dp,
             "expert_parallel": dp > 1,
             "profile": asdict(profile),
@@ -436,6 +469,8 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
             "rounds_done": len(rounds),
             "aa": aa,
             "candidate": "base (A/A run)" if aa else "candidate tree",
+            "expected_cases": [case_id],
+            "identity_keys": list(IDENTITY_KEYS),
         },
         cases=[case],
     )
@@ -456,6 +491,10 @@ def run_tpot(trees: Trees, model: str, profile_name: str, dp: int, out_dir: Path
             results(rounds, startup).save(save_to)
 
     return results(*run_rounds(runner, mode, on_round=save))
+
+
+# what makes two TPOT runs comparable (ci.evidence checks them against a baseline)
+IDENTITY_KEYS = ("model", "model_config_sha256", "dp", "expert_parallel", "profile", "server_mode")
 
 
 def rounds_from_dir(directory: Path) -> list[RoundResult]:
@@ -510,6 +549,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if dp > len(gpus):
         raise NoGPUError(f"--dp {dp} needs {dp} GPUs; {len(gpus)} visible")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: servers stop
+    print(f"tpot: run tag {gpu.RUN_ID_ENV}={gpu.run_id()} (servers answer as {served_name('<build>')})", flush=True)
     results = run_tpot(trees, args.model, args.profile, dp, args.out.parent, args.server_mode, args.health_timeout,
                        save_to=args.out, client=args.bench_client, aa=args.aa, settle_s=args.settle_s)  # fmt: skip
     results.save(args.out)

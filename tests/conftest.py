@@ -25,6 +25,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="fail, instead of skip, GPU tests when no CUDA GPU is usable (nox -s gpu_tests sets it)",
     )
     group.addoption("--gate-summary", help="write a JSON summary of this run (with provenance) here")
+    group.addoption(
+        "--run-network",
+        action="store_true",
+        help="also run the tests marked network (they download other vLLM releases from the package index)",
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -34,8 +39,13 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from tests import cuda_isolation
+
+    if not config.pluginmanager.is_registered(cuda_isolation):
+        config.pluginmanager.register(cuda_isolation, "gate-cuda-isolation")  # one broken test fails alone
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with a reason on CPU-only runs)")
     config.addinivalue_line("markers", "trees: needs the vLLM trees of --gate-manifest")
+    config.addinivalue_line("markers", "network: downloads from the package index (skipped unless --run-network)")
     manifest = config.getoption("--gate-manifest")
     if manifest:
         from ci.build import load_trees
@@ -54,6 +64,13 @@ TREES_KEY = pytest.StashKey()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--run-network"):
+        skip = pytest.mark.skip(
+            reason="downloads a vLLM release: run with --run-network (nox -s tests -- --run-network)"
+        )
+        for item in items:
+            if item.get_closest_marker("network"):
+                item.add_marker(skip)
     needs_trees = [i for i in items if "trees" in getattr(i, "fixturenames", ())]
     if needs_trees and TREES_KEY not in config.stash:
         raise pytest.UsageError(

@@ -5,8 +5,9 @@ Installed into fake vLLM trees by the TPOT tests, twice: as ``vllm/entrypoints/c
 (``add_cli_args`` and ``main``, which ``ci/bench_client.py`` imports). Behaviour is set by
 environment variables: STANDIN_MODE (ok | die | never-healthy), STANDIN_TPOT (ms, the
 server's), STANDIN_DELAY (s before healthy), STANDIN_BENCH (ok | fail). The bench asks the
-server for its TPOT, so a result says which server it measured. `serve` also starts a child
-process, so the tests can check the whole group is stopped.
+server for its TPOT, so a result says which server it measured; like vLLM, a server started with
+``--served-model-name`` lists it at ``/v1/models`` and refuses (404) requests for another model.
+`serve` also starts a child process, so the tests can check the whole group is stopped.
 """
 
 import argparse
@@ -20,12 +21,13 @@ import urllib.request
 
 VALUE_FLAGS = ("--backend", "--model", "--tokenizer", "--base-url", "--dataset-name", "--random-input-len",
                "--random-output-len", "--max-concurrency", "--num-prompts", "--seed", "--result-dir",
-               "--result-filename", "--temperature")  # fmt: skip
+               "--result-filename", "--temperature", "--served-model-name")  # fmt: skip
 SWITCHES = ("--ignore-eos", "--save-result", "--disable-tqdm")
 
 
 def serve(argv):
     port = int(argv[argv.index("--port") + 1])
+    served = argv[argv.index("--served-model-name") + 1] if "--served-model-name" in argv else argv[0]
     mode = os.environ.get("STANDIN_MODE", "ok")
     tpot = os.environ.get("STANDIN_TPOT", "10")
     print(f"standin serve on {port}, mode {mode}, args {argv}", flush=True)
@@ -39,10 +41,16 @@ def serve(argv):
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            if self.path == "/standin-tpot":
-                self.send_response(200)
+            if self.path.startswith("/standin-tpot"):
+                asked = self.path.partition("?model=")[2] or served
+                self.send_response(200 if asked == served else 404)
                 self.end_headers()
                 self.wfile.write(tpot.encode())
+                return
+            if self.path == "/v1/models":
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(json.dumps({"object": "list", "data": [{"id": served}]}).encode())
                 return
             healthy = self.path == "/health" and mode != "never-healthy"
             self.send_response(200 if healthy else 503)
@@ -64,7 +72,8 @@ def add_cli_args(parser):
 def main(args):
     if os.environ.get("STANDIN_BENCH") == "fail":
         raise RuntimeError("standin bench: all requests failed")
-    with urllib.request.urlopen(f"{args.base_url}/standin-tpot", timeout=10) as resp:
+    model = f"?model={args.served_model_name}" if args.served_model_name else ""
+    with urllib.request.urlopen(f"{args.base_url}/standin-tpot{model}", timeout=10) as resp:
         tpot = float(resp.read())
     n = int(args.num_prompts)
     result = {"completed": n, "failed": 0, "median_tpot_ms": tpot, "mean_tpot_ms": tpot * 1.01,

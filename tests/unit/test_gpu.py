@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -59,21 +60,38 @@ def test_slug_names_the_machine():
     assert gpu.slug("NVIDIA GeForce RTX 4090", 1) == "nvidia-geforce-rtx-4090-x1"
 
 
-def test_leftovers_finds_and_kills_own_vllm_processes(capsys):
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "vllm.entrypoints.cli.main"])
+def _sleeper(tag: str) -> subprocess.Popen:
+    env = {**os.environ, gpu.RUN_ID_ENV: tag}
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "vllm.entrypoints.cli.main"], env=env)
+
+
+def test_leftovers_kill_only_this_runs_processes(capsys, monkeypatch):
+    """Two jobs on one runner: job A's clean-up kills A's server, never B's (same user, same name)."""
+    mine, other = _sleeper("job-a-1"), _sleeper("job-b-1")
     try:
-        found = gpu.own_leftovers()
-        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
-        assert proc.pid in [pid for pid, _ in found], f"{proc.pid} ({cmdline!r}) not among {found}"
-        assert gpu.main(["leftovers"]) == 0 and str(proc.pid) in capsys.readouterr().out
-        # kill only this test's process: other tests may run stand-in servers at the same time
-        assert [pid for pid, _ in gpu.kill_own_leftovers(only={proc.pid})] == [proc.pid]
         deadline = time.time() + 5
-        while proc.poll() is None and time.time() < deadline:
+        while not Path(f"/proc/{mine.pid}/environ").exists() and time.time() < deadline:
             time.sleep(0.05)
-        assert proc.poll() is not None
+        assert [pid for pid, _ in gpu.own_leftovers("job-a-1")] == [mine.pid]
+        monkeypatch.setenv(gpu.RUN_ID_ENV, "job-a-1")
+        assert gpu.main(["leftovers", "--kill-own"]) == 0 and f"{mine.pid} (killed)" in capsys.readouterr().out
+        deadline = time.time() + 5
+        while mine.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        assert mine.poll() is not None, "this run's process survived its clean-up"
+        assert other.poll() is None, "the clean-up killed another job's process"
+        assert gpu.main(["leftovers", "--run-id", "job-b-1"]) == 0 and str(other.pid) in capsys.readouterr().out
     finally:
-        proc.kill()
+        mine.kill()
+        other.kill()
+
+
+def test_leftovers_without_a_run_tag_refuse_to_guess(monkeypatch):
+    from ci.cli import run_main
+    from ci.errors import ExitCode
+
+    monkeypatch.delenv(gpu.RUN_ID_ENV, raising=False)
+    assert run_main(gpu.main, ["leftovers", "--kill-own"]) == ExitCode.USAGE
 
 
 def test_cli_check_exits_with_no_gpu_code(monkeypatch):

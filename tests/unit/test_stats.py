@@ -76,3 +76,94 @@ def test_error_rates_at_default_repeats():
     assert aa[Verdict.FAIL] <= 0.01
     assert slow35[Verdict.FAIL] >= 0.90  # 0.96 over 2000 trials (README); 300 trials wobble
     assert slow5[Verdict.FAIL] >= 0.99
+
+
+# Exact order statistics: the interval is [x_(k+1), x_(N-k)] of the sorted Walsh averages (paired) or
+# cross differences (unpaired), k from the normal approximation. At these sizes the approximation gives
+# the tables' exact critical values (signed rank, two-sided 5%: n=10 -> 8, n=20 -> 52) and Mann-Whitney
+# 10 + 10 -> 24 (the exact table's 23 is one step more conservative). At the floor of 6 pairs it gives
+# k = 1 where the exact table has 0: that interval covers 93.75%, not 95% (README).
+def _walsh(d):
+    return sorted((d[i] + d[j]) / 2 for i in range(len(d)) for j in range(i, len(d)))
+
+
+@pytest.mark.parametrize(("n", "k"), [(5, 0), (6, 1), (10, 8), (20, 52)])
+def test_paired_interval_is_the_signed_rank_order_statistic(n, k):
+    d = [0.001 * (i + 1) ** 1.3 for i in range(n)]  # distinct log-ratios, distinct Walsh averages
+    base = [100.0] * n
+    cand = [100.0 * math.exp(x) for x in d]
+    e = stats.paired_effect(base, cand, 0.95)
+    w = _walsh(d)
+    assert len(w) == n * (n + 1) // 2
+    assert e.ci_low == pytest.approx(math.exp(w[k]), rel=1e-12)
+    assert e.ci_high == pytest.approx(math.exp(w[len(w) - 1 - k]), rel=1e-12)
+    assert e.ratio == pytest.approx(math.exp(stats.statistics.median(w)), rel=1e-12)
+    assert (e.confidence, e.method, e.n_base, e.n_candidate) == (0.95, stats.METHOD_PAIRED, n, n)
+
+
+def test_unpaired_interval_is_the_mann_whitney_order_statistic():
+    base = [100.0 * math.exp(0.001 * i**1.2) for i in range(10)]
+    cand = [103.0 * math.exp(0.0013 * i**1.1) for i in range(10)]
+    diffs = sorted(math.log(c) - math.log(b) for b in base for c in cand)
+    e = stats.unpaired_effect(base, cand, 0.95)
+    assert e.ci_low == pytest.approx(math.exp(diffs[24]), rel=1e-12)
+    assert e.ci_high == pytest.approx(math.exp(diffs[100 - 1 - 24]), rel=1e-12)
+    assert e.ratio == pytest.approx(math.exp(stats.statistics.median(diffs)), rel=1e-12)
+    assert (e.confidence, e.method, e.n_base, e.n_candidate) == (0.95, stats.METHOD_UNPAIRED, 10, 10)
+    uneven = stats.unpaired_effect(base[:8], cand, 0.95)  # n != m: k from n * m and n + m + 1
+    k = math.floor(8 * 10 / 2 - stats._z(0.95) * math.sqrt(8 * 10 * 19 / 12))
+    cross = sorted(math.log(c) - math.log(b) for b in base[:8] for c in cand)
+    assert uneven.ci_low == pytest.approx(math.exp(cross[k]), rel=1e-12) and (uneven.n_base, uneven.n_candidate) == (
+        8,
+        10,
+    )
+
+
+def test_order_statistic_interval_edges():
+    assert stats._order_stat_interval([1.0, 2.0, 3.0, 4.0], 0) == (1.0, 4.0)
+    assert stats._order_stat_interval([1.0, 2.0, 3.0, 4.0], 1) == (2.0, 3.0)
+    assert stats._order_stat_interval([1.0, 2.0, 3.0], 1) == (2.0, 2.0)
+    assert stats._order_stat_interval([1.0, 2.0, 3.0, 4.0], 2) == (-math.inf, math.inf)
+    assert stats._order_stat_interval([1.0, 2.0], -1) == (-math.inf, math.inf)
+    e = stats.paired_effect([1.0] * 3, [1.1] * 3)  # too few pairs: unbounded
+    assert e.ci_low == 0.0 and e.ci_high == math.inf
+
+
+def test_decide_boundaries_are_exact():
+    def effect(lo, hi):
+        return stats.Effect(ratio=1.0, ci_low=lo, ci_high=hi, confidence=0.95, method="m", n_base=9, n_candidate=9)
+
+    assert stats.decide(effect(1.0301, 1.05), 0.03) == Verdict.FAIL
+    assert stats.decide(effect(1.03, 1.05), 0.03) == Verdict.INCONCLUSIVE  # FAIL needs the whole interval above
+    assert stats.decide(effect(0.99, 1.03), 0.03) == Verdict.PASS  # at the limit passes
+    assert stats.decide(effect(0.99, 1.0301), 0.03) == Verdict.INCONCLUSIVE
+    assert stats.decide(effect(1.04, 1.06), 0.05) == Verdict.INCONCLUSIVE  # the threshold is the argument's
+    assert stats.decide(effect(1.04, 1.06)) == Verdict.FAIL  # default 3%
+
+
+def test_samples_must_be_positive_and_matched():
+    for base, cand in (([1.0, 0.0], [1.0, 1.0]), ([1.0, 1.0], [1.0, 0.0]), ([-1.0, 1.0], [1.0, 1.0])):
+        with pytest.raises(ValueError, match=r"^timings must be positive$"):
+            stats.paired_effect(base, cand)
+        with pytest.raises(ValueError, match=r"^timings must be positive$"):
+            stats.unpaired_effect(base, cand)
+    with pytest.raises(ValueError, match="non-zero lengths"):
+        stats.paired_effect([], [])
+    for base, cand in (([], [1.0]), ([1.0], [])):
+        with pytest.raises(ValueError, match=r"^both samples must be non-empty$"):
+            stats.unpaired_effect(base, cand)
+
+
+def test_iqr_and_median():
+    assert stats.iqr([1.0]) == 0.0
+    assert stats.iqr([1.0, 2.0]) == pytest.approx(0.5)
+    assert stats.iqr([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx(2.0)
+    assert stats.median([3.0, 1.0, 2.0, 10.0]) == 2.5
+
+
+def test_overall_order_incomplete_and_empty():
+    V = Verdict
+    assert stats.overall([V.PASS, V.INCOMPLETE, V.INCONCLUSIVE]) == V.INCOMPLETE
+    assert stats.overall([V.INCOMPLETE, V.FAIL]) == V.FAIL
+    assert stats.overall([V.NO_BASELINE, V.INCOMPLETE]) == V.INCOMPLETE
+    assert stats.overall([]) == V.INCOMPLETE

@@ -106,7 +106,7 @@ def test_bad_bench_results_are_refused(tmp_path):
         tpot.parse_bench_result(p, "base")
     data = json.loads((HERE / "data" / "vllm-bench-serve-result.json").read_text())
     p.write_text(json.dumps({**data, "failed": 2}))
-    with pytest.raises(DataError, match="2 requests failed"):
+    with pytest.raises(ServerError, match="2 requests failed"):  # the server's failure: exit 8, not 7
         tpot.parse_bench_result(p, "base")
     p.write_text("{")
     with pytest.raises(DataError, match="cannot read"):
@@ -244,7 +244,7 @@ def test_concurrent_servers_settle_before_the_first_round(standin_trees, tmp_pat
 def test_failed_round_is_an_error_and_servers_stop(standin_trees, tmp_path, monkeypatch):
     _tiny_profile(monkeypatch)
     monkeypatch.setenv("STANDIN_BENCH", "fail")
-    with pytest.raises(DataError, match="all requests failed") as err:
+    with pytest.raises(ServerError, match="all requests failed") as err:
         tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", "concurrent", 30)
     assert "bench-client.log" in str(err.value)
     assert "RuntimeError: standin bench" in (tmp_path / "out" / "bench-client.log").read_text()

@@ -1,0 +1,453 @@
+"""No PASS without complete evidence, exit codes that mean one thing each, nothing destroyed.
+
+Each test here reproduces a way the gate could be made to pass on evidence that proves nothing,
+to report a crash with the FAIL code, or to delete what it did not make (issue: verdicts that
+can be trusted); each failed on the gate before these rules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ci import baselines, build, compare, evidence, patching, stats
+from ci.cli import run_main
+from ci.errors import ExitCode, PatchError, ServerError, UsageError
+from ci.results import BenchResults
+from tests.unit.test_build import BEFORE, MOD, _diff, make_release
+from tests.unit.test_compare import make_results
+
+ROOT = Path(__file__).resolve().parents[2]
+X1 = ROOT / "reports" / "nvidia-h200-x1"
+
+
+@pytest.fixture(autouse=True)
+def no_job_summary(monkeypatch):
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
+def _save(results: BenchResults, path: Path, **settings) -> Path:
+    results.settings.update(settings)
+    results.save(path)
+    return path
+
+
+def _edit(path: Path, fn) -> Path:
+    payload = json.loads(path.read_text())
+    fn(payload)
+    path.write_text(json.dumps(payload))
+    return path
+
+
+def _gate(*args: str) -> int:
+    return run_main(compare.main, list(args))
+
+
+# 1. PASS on missing evidence -------------------------------------------------------------------
+
+
+def test_zero_cases_is_incomplete_not_pass(tmp_path):
+    path = _save(make_results({}), tmp_path / "r.json", expected_cases=[])
+    assert _gate("--results", str(path), "--out-dir", str(tmp_path / "o")) == ExitCode.INCOMPLETE
+    verdict = json.loads((tmp_path / "o" / "verdict.json").read_text())
+    assert verdict["overall"] == "INCOMPLETE" and "no case" in verdict["problems"][0]
+
+
+def test_one_case_of_the_suite_against_its_baseline_is_incomplete(tmp_path, capsys):
+    full = {f"c{i}": 1.0 for i in range(5)}
+    bdir = tmp_path / "b"
+    baselines.record(_save(make_results(full), tmp_path / "full.json"), bdir)
+    one = _save(make_results({"c0": 1.0}, seed=3), tmp_path / "one.json")  # a --cases subset of the same suite
+    args = ["--results", str(one), "--mode", "baseline", "--baseline-dir", str(bdir), "--out-dir", str(tmp_path / "o")]
+    assert _gate(*args) == ExitCode.INCOMPLETE
+    assert "4 of the baseline's 5 cases are not in this run: c1, c2, c3, c4" in capsys.readouterr().out
+
+
+def test_interrupted_tpot_run_against_the_stored_baseline_is_incomplete(tmp_path, capsys):
+    """The committed H200 run stopped after 7 rounds (complete: false), measured before the model
+    config changed: its ratio against the stored baseline is 0.30, and that is no PASS."""
+    args = ["--results", str(X1 / "tpot-pr-interrupted.json"), "--mode", "baseline", "--baseline-dir",
+            str(ROOT / "baselines"), "--out-dir", str(tmp_path / "o")]  # fmt: skip
+    assert _gate(*args) == ExitCode.INCOMPLETE
+    out = capsys.readouterr().out
+    assert "did not finish (complete: false" in out and "INCOMPLETE" in out
+
+
+def test_identity_mismatch_against_a_baseline_is_incomplete(tmp_path):
+    stored = make_results({"a": 1.0})
+    stored.cases[0].info.update(model="m", model_config_sha256="aaa")
+    bdir = tmp_path / "b"
+    baselines.record(_save(stored, tmp_path / "s.json", identity_keys=["model", "model_config_sha256"]), bdir)
+    run = make_results({"a": 1.0}, seed=4)
+    run.cases[0].info.update(model="m", model_config_sha256="bbb")  # same name, another config
+    path = _save(run, tmp_path / "r.json", identity_keys=["model", "model_config_sha256"])
+    gate = compare.compare_baseline(run, baselines.load_baseline(run, bdir), "candidate", 0.03, 0.95, "b")
+    assert gate.overall == stats.Verdict.INCOMPLETE and "model_config_sha256 differ" in gate.problems[0]
+    assert _gate("--results", str(path), "--mode", "baseline", "--baseline-dir", str(bdir)) == ExitCode.INCOMPLETE
+
+
+def test_too_few_samples_and_failed_requests_are_incomplete(tmp_path):
+    few = make_results({"a": 1.0}, n=3)
+    assert any("3 sample(s)" in p for p in evidence.run_problems(few))
+    failed = make_results({"a": 1.0})
+    failed.cases[0].extra["rounds"] = [{"build": "base", "completed": 254, "failed": 2}]
+    assert any("failed requests" in p for p in evidence.run_problems(failed))
+    assert compare.compare_ab(failed, 0.03, 0.95).overall == stats.Verdict.INCOMPLETE
+
+
+def test_a_proven_fail_outranks_missing_evidence():
+    results = make_results({"a": 1.10, "b": 1.0})
+    results.settings["expected_cases"] = ["a", "b", "c"]
+    gate = compare.compare_ab(results, 0.03, 0.95)
+    assert gate.overall == stats.Verdict.FAIL and gate.problems
+    assert stats.overall([]) == stats.Verdict.INCOMPLETE
+
+
+def test_a_case_the_candidate_failed_is_a_fail_not_a_gap():
+    results = make_results({"a": 1.0})
+    results.settings.update(expected_cases=["a", "b"], failed_cases={"b": "b: candidate differs from base"})
+    gate = compare.compare_ab(results, 0.03, 0.95)
+    assert gate.overall == stats.Verdict.FAIL and not gate.problems
+    (failed,) = [c for c in gate.cases if c.id == "b"]
+    assert failed.verdict == stats.Verdict.FAIL and "candidate differs" in failed.notes[0]
+
+
+# 2. bad runs do not become baselines -----------------------------------------------------------
+
+
+def _bad_runs(tmp_path: Path) -> dict[str, Path]:
+    def variant(name, fn=None, ratios=None, **kw):
+        results = make_results(ratios or {"a": 1.0, "b": 1.0}, **kw)
+        if fn:
+            fn(results)
+        return name, _save(results, tmp_path / f"{name}.json")
+
+    def correctness(r):
+        r.cases[0].extra["correctness"] = {"ok": False, "error": "rel L2 0.7"}
+
+    def failed_requests(r):
+        r.cases[0].extra["rounds"] = [{"build": "base", "completed": 0, "failed": 256}]
+
+    def incomplete(r):
+        r.settings.update(complete=False, rounds_done=4)
+
+    def zero(r):
+        r.cases.clear()
+
+    def subset(r):
+        r.settings.update(case_filter="a*", expected_cases=["a"])
+        r.cases[:] = r.cases[:1]
+
+    def failed_case(r):
+        r.settings["failed_cases"] = {"c": "illegal memory access"}
+
+    return dict([variant("correctness", correctness), variant("failed-requests", failed_requests),
+                 variant("incomplete", incomplete), variant("zero-cases", zero), variant("one-case", subset),
+                 variant("one-sample", n=1), variant("failed-case", failed_case)])  # fmt: skip
+
+
+def test_record_refuses_every_run_without_complete_evidence(tmp_path):
+    bdir = tmp_path / "b"
+    for name, path in _bad_runs(tmp_path).items():
+        code = run_main(baselines.main, ["record", str(path), "--dir", str(bdir)])
+        assert code == ExitCode.INCOMPLETE, name
+    assert not bdir.exists() or not any(bdir.rglob("*.json"))
+
+
+def test_record_refuses_a_suite_that_is_a_path(tmp_path):
+    outside = tmp_path / "outside"
+    path = _save(make_results({"a": 1.0}, suite=f"../../../../{outside}"), tmp_path / "r.json")
+    assert run_main(baselines.main, ["record", str(path), "--dir", str(tmp_path / "b")]) == ExitCode.DATA
+    assert not list(tmp_path.rglob("outside*"))
+
+
+def test_two_records_at_once_one_wins_the_other_is_refused(tmp_path, monkeypatch):
+    bdir = tmp_path / "b"
+    first, second = (_save(make_results({"a": 1.0}, seed=s), tmp_path / f"{s}.json") for s in (1, 2))
+    barrier = threading.Barrier(2)
+    real_link = os.link
+
+    def link_together(src, dst):  # both writers reach the create step at the same moment
+        barrier.wait(timeout=10)
+        return real_link(src, dst)
+
+    monkeypatch.setattr(baselines.os, "link", link_together)
+    outcome = {}
+
+    def record(path):
+        try:
+            outcome[path.name] = baselines.record(path, bdir)
+        except UsageError as exc:
+            outcome[path.name] = exc
+
+    threads = [threading.Thread(target=record, args=(p,)) for p in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    errors = [v for v in outcome.values() if isinstance(v, UsageError)]
+    assert len(errors) == 1 and "recorded by someone else meanwhile" in str(errors[0])
+    (stored,) = (bdir / "nvidia-h200-x1").glob("*.json")
+    winner = next(k for k, v in outcome.items() if not isinstance(v, UsageError))
+    assert json.loads(stored.read_text()) == json.loads((tmp_path / winner).read_text())
+
+
+# 3. crashes and misuse have their own codes ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "edit"),
+    [
+        ("empty sample list", lambda p: p["cases"][0]["samples"].update(base=[])),
+        ("info of the wrong type", lambda p: p["cases"][0].update(info=[1, 2])),
+        ("empty block-size sweep", lambda p: p["cases"][0]["extra"].update(block_sizes_us={"8": []})),
+        ("provenance.gpu a string", lambda p: p["provenance"].update(gpu="H200")),
+        ("true as a sample", lambda p: p["cases"][0]["samples"]["base"].__setitem__(0, True)),
+        ("expected_cases not a list", lambda p: p["settings"].update(expected_cases="a")),
+    ],
+)
+def test_malformed_results_are_a_data_error_not_a_fail(tmp_path, name, edit, capsys):
+    path = _edit(_save(make_results({"a": 1.0}), tmp_path / "r.json"), edit)
+    assert _gate("--results", str(path), "--out-dir", str(tmp_path / "o")) == ExitCode.DATA, name
+    err = capsys.readouterr().err
+    assert str(path) in err or "case 'a'" in err or "case a" in err
+    assert "Traceback" not in err
+
+
+def test_missing_build_is_incomplete_not_usage(tmp_path):
+    path = _edit(
+        _save(make_results({"a": 1.0}), tmp_path / "r.json"), lambda p: p["cases"][0]["samples"].pop("candidate")
+    )
+    assert _gate("--results", str(path), "--out-dir", str(tmp_path / "o")) == ExitCode.INCOMPLETE
+
+
+def test_a_bug_of_the_gate_is_an_internal_error_never_fail(tmp_path, monkeypatch, capsys):
+    path = _save(make_results({"a": 1.0}), tmp_path / "r.json")
+    monkeypatch.setattr(compare, "compare_ab", lambda *a: 1 / 0)
+    assert _gate("--results", str(path)) == ExitCode.INTERNAL == 70
+    assert "ZeroDivisionError" in capsys.readouterr().err
+
+
+def test_exit_codes_are_distinct():
+    codes = [int(c) for c in ExitCode]
+    assert len(codes) == len(set(codes))
+    assert set(compare.EXIT_CODES) == set(stats.Verdict)
+
+
+# 4. nox keeps the codes ------------------------------------------------------------------------
+
+
+def _nox_gate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+    cmd = [sys.executable, "-m", "nox", "--no-venv", "-f", str(ROOT / "noxfile.py"), "-s", "gate", "--",
+           *args, "--out-dir", str(tmp_path / "o")]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
+
+
+def test_nox_passes_the_stages_exit_code_through(tmp_path):
+    fail = _save(make_results({"a": 1.10}), tmp_path / "fail.json")
+    nobase = _save(make_results({"a": 1.0}, suite="never-recorded"), tmp_path / "nobase.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    incomplete = _save(make_results({"a": 1.0}), tmp_path / "inc.json", complete=False)
+    cases = {
+        ExitCode.FAILED: ["--results", str(fail)],
+        ExitCode.NO_BASELINE: ["--results", str(nobase), "--mode", "baseline", "--baseline-dir", str(tmp_path)],
+        ExitCode.DATA: ["--results", str(bad)],
+        ExitCode.INCOMPLETE: ["--results", str(incomplete)],
+        ExitCode.OK: ["--results", str(_save(make_results({"a": 1.0}), tmp_path / "ok.json"))],
+    }
+    for code, args in cases.items():
+        done = _nox_gate(tmp_path, *args)
+        assert done.returncode == code, (code, done.stdout[-2000:], done.stderr[-2000:])
+
+
+# 6. the builder destroys nothing it did not make ------------------------------------------------
+
+
+@pytest.fixture
+def patch_file(tmp_path: Path) -> Path:
+    p = tmp_path / "change.patch"
+    p.write_text(_diff(MOD, BEFORE, BEFORE.replace("m = m\n", "m = m // 2\n")))
+    return p
+
+
+def test_out_dir_with_foreign_files_is_refused_and_kept(tmp_path, patch_file):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "thesis.tex").write_text("years of work")
+    with pytest.raises(UsageError, match="did not make"):
+        build.build_trees(build.BuildOptions(patch=patch_file, out=out), release=make_release(tmp_path / "rel"))
+    assert (out / "thesis.tex").read_text() == "years of work"
+
+
+def test_failed_patch_keeps_the_previous_trees(tmp_path, patch_file):
+    release = make_release(tmp_path / "rel")
+    out = tmp_path / "out"
+    good = build.build_trees(build.BuildOptions(patch=patch_file, out=out), release=release)
+    broken = tmp_path / "broken.patch"
+    broken.write_text(_diff(MOD, BEFORE.replace("LIMIT = 3", "LIMIT = 4"), BEFORE.replace("LIMIT = 3", "LIMIT = 5")))
+    with pytest.raises(PatchError):
+        build.build_trees(build.BuildOptions(patch=broken, out=out), release=release)
+    assert build.load_trees(good.manifest_path).manifest == good.manifest
+    assert not [p for p in tmp_path.iterdir() if ".building-" in p.name], "a half-built folder was left behind"
+    again = build.build_trees(build.BuildOptions(patch=patch_file, out=out), release=release)  # replaces its own
+    assert again.manifest.created_at >= good.manifest.created_at
+
+
+def test_missing_vllm_src_is_refused_before_anything_is_touched(tmp_path, patch_file):
+    out = tmp_path / "out"
+    good = build.build_trees(build.BuildOptions(patch=patch_file, out=out), release=make_release(tmp_path / "rel"))
+    opts = build.BuildOptions(patch=patch_file, out=out, vllm_src=tmp_path / "no-such-checkout")
+    with pytest.raises(UsageError, match="no vllm/ package"):
+        build.build_trees(opts, release=make_release(tmp_path / "rel2"))
+    assert build.load_trees(good.manifest_path).manifest == good.manifest
+
+
+def test_rename_into_csrc_and_mode_only_patches_are_refused(tmp_path):
+    rename = tmp_path / "rename.patch"
+    rename.write_text(f"diff --git a/{MOD} b/csrc/mod.py\nsimilarity index 100%\nrename from {MOD}\n"
+                      "rename to csrc/mod.py\n")  # fmt: skip
+    assert ("vllm/layers/mod.py", "csrc/mod.py") in patching.touched_paths(rename)
+    with pytest.raises(PatchError, match="CUDA/C"):
+        build.build_trees(build.BuildOptions(patch=rename, out=tmp_path / "o1"), release=make_release(tmp_path / "r"))
+    out_of_vllm = tmp_path / "move-out.patch"
+    out_of_vllm.write_text(f"diff --git a/{MOD} b/docs/mod.py\nsimilarity index 100%\nrename from {MOD}\n"
+                           "rename to docs/mod.py\n")  # fmt: skip
+    with pytest.raises(PatchError, match="across the vllm/ package"):
+        build.build_trees(
+            build.BuildOptions(patch=out_of_vllm, out=tmp_path / "o2"), release=make_release(tmp_path / "s")
+        )
+    mode = tmp_path / "mode.patch"
+    mode.write_text(f"diff --git a/{MOD} b/{MOD}\nold mode 100644\nnew mode 100755\n")
+    with pytest.raises(PatchError, match="changes the content of no file"):
+        build.build_trees(build.BuildOptions(patch=mode, out=tmp_path / "o3"), release=make_release(tmp_path / "t"))
+    assert not (tmp_path / "o3").exists()
+
+
+# 7. processes and ports -------------------------------------------------------------------------
+
+
+def test_a_server_of_another_run_on_the_port_is_not_measured(tmp_path, monkeypatch):
+    """The race: another run's server binds the port between our check and our server's start."""
+    from ci import server as srv
+    from ci import tpot
+    from tests.unit.test_tpot import fake_tree
+
+    tree = fake_tree(tmp_path / "t")
+    monkeypatch.setenv("STANDIN_CHILD_PID_FILE", str(tmp_path / "child.pid"))
+    port = srv.free_port(21500 + os.getpid() % 400)
+    profile = tpot.PROFILES["smoke"]
+    argv = tpot.serve_argv(tree, tpot.model_dir("qwen3-30b-a3b-like"), port=port, profile=profile, dp=1, seed=0,
+                           name="gate-other-run-base")  # fmt: skip
+    env = tpot.server_env(tree)
+    with srv.Server("other run", argv, port=port, log=tmp_path / "other.log", env=env) as other:
+        other.wait_healthy(30)
+        monkeypatch.setattr(srv, "port_in_use", lambda port: False)  # our check ran before the other bound
+        sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]  # our server, still loading
+        mine = srv.Server("mine", sleeper, port=port, log=tmp_path / "mine.log", env=env, served_name="gate-me-base")
+        with mine, pytest.raises(ServerError, match="another server holds the port"):
+            mine.wait_healthy(30)
+
+
+def test_a_killed_gate_takes_its_servers_with_it(tmp_path):
+    """SIGKILL of the process that started a server (no clean-up ran) still ends the server."""
+    script = (
+        "import sys, time\nfrom pathlib import Path\nfrom ci.server import Server, free_port\n"
+        "s = Server('x', [sys.executable, '-c', 'import time; time.sleep(120)'], port=free_port(23000),\n"
+        "           log=Path(sys.argv[1]), env={}).start()\n"
+        "print(s.proc.pid, flush=True)\ntime.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "l.log")], stdout=subprocess.PIPE,
+                              text=True, cwd=ROOT)  # fmt: skip
+    child = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(timeout=10)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{child}/stat") as fh:
+            if fh.read().split()[2] == "Z":
+                break
+        time.sleep(0.1)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the server outlived the gate process that was killed")
+
+
+# 8. stale outputs -------------------------------------------------------------------------------
+
+
+def test_an_error_removes_the_earlier_verdict_and_keeps_other_files(tmp_path):
+    out = tmp_path / "o"
+    ok = _save(make_results({"a": 1.0}), tmp_path / "ok.json")
+    assert _gate("--results", str(ok), "--out-dir", str(out)) == ExitCode.OK
+    assert (out / "verdict.json").is_file() and (out / "plot.png").is_file()
+    (out / "notes.txt").write_text("mine")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert _gate("--results", str(bad), "--out-dir", str(out)) == ExitCode.DATA
+    assert not (out / "verdict.json").exists() and not (out / "plot.png").exists()
+    assert (out / "notes.txt").read_text() == "mine"
+    nobase = _save(make_results({"a": 1.0}, suite="nothing"), tmp_path / "nb.json")
+    assert _gate("--results", str(ok), "--out-dir", str(out)) == ExitCode.OK
+    args = ["--results", str(nobase), "--mode", "baseline", "--baseline-dir", str(tmp_path / "none"), "--out-dir"]
+    assert _gate(*args, str(out)) == ExitCode.NO_BASELINE
+    assert not (out / "verdict.json").exists(), "a PASS verdict outlived a NO_BASELINE run"
+
+
+# 5. one crashing candidate fails alone ----------------------------------------------------------
+
+CRASHING_SUITE = """
+import os
+import pytest
+
+BROKEN = []  # this process's "CUDA context": broken for good once a test crashed the kernel
+
+
+def _gpu_call():
+    if BROKEN:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_base_before(i):
+    _gpu_call()
+
+
+def test_candidate_crashes_the_kernel():
+    BROKEN.append(os.getpid())
+    _gpu_call()
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_base_after(i):
+    _gpu_call()
+"""
+
+
+def test_a_test_that_breaks_the_cuda_context_fails_alone(pytester, monkeypatch):
+    """One worker (-n 1, so every test after the crash would share its process): the crashing test
+    fails, every other test passes in a fresh worker, none is reported as crashed."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.delenv("GATE_CUDA_ISOLATION_DIR", raising=False)
+    pytester.makepyfile(test_suite=CRASHING_SUITE)
+    pytester.makeconftest("pytest_plugins = ['tests.cuda_isolation']\n")
+    result = pytester.runpytest_subprocess("-n", "1", "-p", "xdist", "-rA")
+    result.assert_outcomes(passed=9, failed=1)
+    out = result.stdout.str()
+    assert "FAILED test_suite.py::test_candidate_crashes_the_kernel" in out
+    assert "hit a fatal CUDA error (CUDA error: an illegal memory access)" in out
+    assert "replacing crashed worker" in out and "crashed while running" not in out.replace("left after", "")
+    assert result.ret == 1

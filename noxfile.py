@@ -34,13 +34,21 @@ def _terminate_as_interrupt(signum, frame):
 signal.signal(signal.SIGTERM, _terminate_as_interrupt)
 
 
-def _stage(session: nox.Session, *args: str) -> None:
+# pytest's own exit codes, as the gate's (ci/errors.py): tests failed 1 -> FAILED, interrupted 2 -> 130,
+# internal error 3 -> INTERNAL, usage error 4 and no test collected 5 (a filter that matches nothing) -> USAGE
+PYTEST_CODES = {1: int(ExitCode.FAILED), 2: 130, 3: int(ExitCode.INTERNAL), 4: int(ExitCode.USAGE),
+                5: int(ExitCode.USAGE)}  # fmt: skip
+
+
+def _stage(session: nox.Session, *args: str, codes: dict[int, int] | None = None) -> None:
     """Run a stage of the gate and keep its exit code: PASS 0, FAIL 1, INCONCLUSIVE 3, NO_BASELINE 4,
-    INCOMPLETE 10, ... (README: the codes are the gate's API). nox alone would turn each into 1."""
+    INCOMPLETE 10, ... (README: the codes are the gate's API). nox alone would turn each into 1.
+    ``codes`` translates a tool's own codes (pytest's) into the gate's."""
     try:
         session.run(*args, interrupt_timeout=STAGE_STOP_S, terminate_timeout=10)
     except nox.command.CommandFailed as exc:
         code = exc.return_code if isinstance(exc.return_code, int) and exc.return_code > 0 else 1
+        code = (codes or {}).get(code, code)
         session.log(f"{' '.join(args[1:3])} exited with code {code}: nox exits with it too")
         raise SystemExit(code) from None  # not an Exception: nox lets it through, with the stage's code
 
@@ -60,24 +68,73 @@ def _install(session: nox.Session, *args: str) -> None:
     session.install(*args)
 
 
-def _install_vllm_deps(session: nox.Session, args: SessionArgs, *, gpu: bool) -> None:
-    """What importing vLLM needs. vLLM itself comes from the trees that ci.build makes."""
-    if _no_venv(session):
+REQUIREMENTS = ROOT / "requirements"
+HASHES_ENV = "GATE_REQUIRE_HASHES"  # set by the GPU workflows: install only from hash locks
+
+
+def _hashes_required() -> bool:
+    return os.environ.get(HASHES_ENV, "") not in ("", "0")
+
+
+def _requirements(session: nox.Session, *names: str) -> None:
+    """Install requirements/<name>.txt; under GATE_REQUIRE_HASHES its hash lock <name>.lock instead."""
+    if not _hashes_required():
+        _install(session, *[x for n in names for x in ("-r", f"requirements/{n}.txt")])
         return
+    locks = [REQUIREMENTS / f"{n}.lock" for n in names]
+    missing = [str(p.relative_to(ROOT)) for p in locks if not p.is_file()]
+    if missing:
+        session.error(f"{HASHES_ENV} is set but {', '.join(missing)} does not exist: create it with `nox -s lock`")
+    _install(session, "--require-hashes", "--no-deps", *[x for p in locks for x in ("-r", str(p))])
+
+
+def gpu_lock(release: str) -> Path:
+    return REQUIREMENTS / f"gpu-vllm-{release}.lock"
+
+
+def _install_vllm_deps(session: nox.Session, args: SessionArgs, *, gpu: bool) -> bool:
+    """What importing vLLM needs; vLLM itself comes from the trees that ci.build makes. For a GPU session
+    with a hash lock for the release (requirements/gpu-vllm-<release>.lock: vLLM, its dependencies and
+    the test tools), install that and return True: the trees are then built from that verified vLLM."""
+    if _no_venv(session):
+        return False
     if args.installed:
         session.error("--vllm installed tests the vLLM of this interpreter: run it as `nox --no-venv -s ...`")
     if gpu:
+        lock = gpu_lock(args.vllm)
+        if lock.is_file():
+            session.install("--require-hashes", "--no-deps", "-r", str(lock))
+            return True
+        if _hashes_required():
+            session.error(
+                f"{HASHES_ENV} is set but there is no hash lock for vLLM {args.vllm} ({lock.relative_to(ROOT)}): "
+                f"create it with `nox -s lock -- --vllm {args.vllm}`"
+            )
         session.install(f"vllm=={args.vllm}")  # its full dependencies, the CUDA torch it pins included
-        return
+        _requirements(session, "test")
+        return False
     torch_index = os.environ.get("GATE_TORCH_INDEX_URL")
     session.install("torch==2.13.0", *(["--index-url", torch_index] if torch_index else []))
     session.install("-r", "requirements/cpu-tier.txt")
+    return False
 
 
-def _build(session: nox.Session, args: SessionArgs) -> Path:
+def _build(session: nox.Session, args: SessionArgs, *, locked: bool = False) -> Path:
+    """Build the trees. ``locked``: the session's venv holds the release from its hash lock, so the trees
+    take that vLLM (no second, unverified download) and its version must be the one asked for."""
     trees = Path(".gate") / "trees" / session.name
-    _stage(session, _python(session), "-m", "ci.build", *args.build_argv, "--out", str(trees))
-    return trees / "manifest.json"
+    argv = list(args.build_argv)
+    if locked:
+        argv[argv.index("--vllm") + 1] = "installed"
+    _stage(session, _python(session), "-m", "ci.build", *argv, "--out", str(trees))
+    manifest = trees / "manifest.json"
+    if locked:
+        import json
+
+        built = json.loads(manifest.read_text())["vllm_version"]
+        if built != args.vllm:
+            session.error(f"the locked venv holds vLLM {built}, not {args.vllm}: {gpu_lock(args.vllm).name} is stale")
+    return manifest
 
 
 def _out(session: nox.Session, args: SessionArgs) -> Path:
@@ -98,10 +155,12 @@ def lint(session: nox.Session) -> None:
     _install(session, "-r", "requirements/lint.txt")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    session.run("zizmor", "--offline", ".github/workflows")
-    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
-    session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *workflows)
-    actions = sorted(str(p) for p in (ROOT / ".github" / "act-standins").glob("*/action.yml"))
+    workflows = [".github/workflows", ".github/examples"]
+    session.run("zizmor", "--offline", *workflows)
+    session.run("zizmor", "--offline", "--persona=auditor", *workflows)  # the self-hosted-runner audits too
+    files = sorted(str(p) for d in workflows for p in (ROOT / d).glob("*.yml"))
+    session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *files)
+    actions = sorted(str(p) for d in ("act-standins", "actions") for p in (ROOT / ".github" / d).glob("*/*.yml"))
     session.run("check-jsonschema", "--builtin-schema", "vendor.github-actions", *actions)
 
 
@@ -110,7 +169,7 @@ def tests(session: nox.Session) -> None:
     """CPU tier and unit tests: vLLM's real Python with spies for its CUDA kernels (any machine)."""
     args = parse_session_args(session.posargs)
     _install_vllm_deps(session, args, gpu=False)
-    _install(session, "-r", "requirements/test.txt")
+    _requirements(session, "test")
     manifest = _build(session, args)
     workers = os.environ.get("GATE_TEST_WORKERS", "auto")
     session.run(_python(session), "-m", "pytest", "tests", "-n", workers, "--gate-manifest", str(manifest), *args.rest)
@@ -130,9 +189,8 @@ def gpu_tests(session: nox.Session) -> None:
     """GPU equivalence suite, one pytest-xdist worker per GPU (stops at once without a GPU)."""
     n_gpus = _require_gpu(session)
     args = parse_session_args(session.posargs)
-    _install_vllm_deps(session, args, gpu=True)
-    _install(session, "-r", "requirements/test.txt")
-    manifest = _build(session, args)
+    locked = _install_vllm_deps(session, args, gpu=True)
+    manifest = _build(session, args, locked=locked)
     out = _out(session, args)
     _stage(
         session,
@@ -150,6 +208,7 @@ def gpu_tests(session: nox.Session) -> None:
         f"--junitxml={out / 'junit.xml'}",
         f"--gate-summary={out / 'summary.json'}",
         *args.rest,
+        codes=PYTEST_CODES,
     )
 
 
@@ -160,9 +219,8 @@ def _gpu_stage(session: nox.Session, module: str, results_name: str) -> None:
     """The shape of the GPU stages: stop without a GPU, install, build trees, run ``module``."""
     _require_gpu(session)
     args = parse_session_args(session.posargs)
-    _install_vllm_deps(session, args, gpu=True)
-    _install(session, "-r", "requirements/test.txt")
-    manifest = _build(session, args)
+    locked = _install_vllm_deps(session, args, gpu=True)
+    manifest = _build(session, args, locked=locked)
     out = _out(session, args) / results_name
     _stage(session, _python(session), "-m", module, "--manifest", str(manifest), "--out", str(out), *args.rest)
 
@@ -176,7 +234,7 @@ def bench(session: nox.Session) -> None:
 @nox.session(default=False)
 def gate(session: nox.Session) -> None:
     """Judge benchmark results: A/B (default) or `--mode baseline`; exits with the verdict's code (README)."""
-    _install(session, "-r", "requirements/test.txt")
+    _requirements(session, "test")
     rest = list(session.posargs)
     if "--results" not in rest:
         rest = ["--results", str(BENCH_RESULTS), *rest]
@@ -208,7 +266,7 @@ SURVIVORS = ROOT / "tests" / "mutation-survivors.txt"
 def mutation(session: nox.Session) -> None:
     """Mutation testing of the verdict logic (mutmut, [tool.mutmut] in pyproject.toml): fails on a
     surviving mutant that tests/mutation-survivors.txt does not explain."""
-    _install(session, "-r", "requirements/test.txt", "-r", "requirements/mutation.txt")
+    _requirements(session, "test", "mutation")
     session.run("mutmut", "run", "--max-children", str(os.cpu_count() or 2))
     listing = session.run("mutmut", "results", "--all", "true", silent=True) or ""
     status = dict(line.strip().rsplit(": ", 1) for line in listing.splitlines() if ": " in line)
@@ -227,8 +285,28 @@ def mutation(session: nox.Session) -> None:
         )
 
 
+@nox.session(default=False)
+def lock(session: nox.Session) -> None:
+    """Hash locks for the GPU workflows (uv pip compile): requirements/ci.lock, test.lock, mutation.lock and
+    gpu-vllm-<release>.lock (that vLLM, its dependencies and the test tools, CPython 3.12 on x86-64 Linux)."""
+    args = parse_session_args(session.posargs)
+    _install(session, "-r", "requirements/lock-tools.txt")
+    uv = ["uv", "pip", "compile", "--generate-hashes", "--no-header", "--quiet"]
+    for name, python in (("ci", "3.10"), ("test", "3.11"), ("mutation", "3.11")):
+        req = f"requirements/{name}.txt"
+        session.run(*uv, "--universal", "--python-version", python, req, "-o", f"requirements/{name}.lock")
+    # numpy comes from vLLM's own constraint (0.25.1 needs numpy < 2.4; the CPU tier pins 2.4.6)
+    tools = [line for line in (REQUIREMENTS / "test.txt").read_text().splitlines() if line.split("==")[0] != "numpy"]
+    source = REQUIREMENTS / f"gpu-vllm-{args.vllm}.in"
+    source.write_text(f"# input of gpu-vllm-{args.vllm}.lock (nox -s lock -- --vllm {args.vllm})\n"
+                      f"vllm=={args.vllm}\n" + "\n".join(t for t in tools if not t.startswith("#")) + "\n")  # fmt: skip
+    session.run(*uv, "--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_28",
+                str(source.relative_to(ROOT)), "-o", str(gpu_lock(args.vllm).relative_to(ROOT)))  # fmt: skip
+
+
 # Actions that act would fetch from the network, and the local stand-ins it uses instead.
 ACT_STANDINS = {
+    "actions/checkout@08c6903cd8c0fde910a37f88322edcfb5dd907a8": ".github/act-standins/checkout",
     "actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065": ".github/act-standins/setup-python",
     "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02": ".github/act-standins/upload-artifact",
 }

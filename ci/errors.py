@@ -25,6 +25,7 @@ class ExitCode(enum.IntEnum):
     INCOMPLETE = 10  # the evidence is incomplete (cases, rounds or samples missing, failed requests): re-run
     GPU_BUSY = 11  # a GPU is there but another workload is using it
     WRONG_RESULTS = 12  # the candidate computed wrong numbers (or crashed) in a case: a correctness failure
+    UNTRUSTED = 13  # a trust check of the GPU workflows failed (a PR head that moved, a run from another ref)
     INTERNAL = 70  # a bug in the gate itself (an unexpected exception): report it with the traceback
 
 
@@ -72,3 +73,7 @@ class GPUBusyError(GateError):
 
 class WrongResultsError(GateError):
     exit_code = ExitCode.WRONG_RESULTS
+
+
+class UntrustedError(GateError):
+    exit_code = ExitCode.UNTRUSTED

@@ -1,0 +1,80 @@
+"""A contributor's branch as the gate's patch: ``git diff BASE...HEAD -- vllm/`` of a vLLM checkout.
+
+The gate's trees take the Python files of a vLLM release and reuse its compiled kernels, so a
+branch is tested as the change between the merge-base of BASE and HEAD and HEAD, restricted to
+``vllm/``. A branch that changes compiled sources (``csrc/``, ``CMakeLists.txt``, ``cmake/``,
+``setup.py``, ``*.cu`` ...) cannot be tested this way and is refused with the files named; other
+paths (tests, docs) are left out and listed. The patch starts with a header naming the
+repository, both refs and their commits (``git apply`` skips it); the manifest records its sha256.
+
+CLI: ``python -m ci.refpatch --repo CHECKOUT --base REF --head REF --out FILE``
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ci.cli import run_main
+from ci.errors import MissingDependencyError, PatchError, UsageError
+from ci.patching import COMPILED_PREFIXES, COMPILED_SUFFIXES, PATCHED_PREFIX
+
+
+def _git(repo: Path, *args: str) -> str:
+    git = shutil.which("git")
+    if git is None:
+        raise MissingDependencyError("git is not on PATH: install git")
+    done = subprocess.run([git, "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise UsageError(f"git {' '.join(args)} in {repo}: {done.stderr.strip() or 'failed'}")
+    return done.stdout
+
+
+def make_patch(repo: Path, base: str, head: str) -> tuple[str, dict]:
+    """The patch text of ``base...head`` under ``vllm/``, and what it was made from."""
+    if not (repo / ".git").exists():
+        raise UsageError(f"--repo {repo}: not a git checkout (no .git); clone the vLLM fork with its history")
+    head_sha = _git(repo, "rev-parse", "--verify", f"{head}^{{commit}}").strip()
+    base_sha = _git(repo, "rev-parse", "--verify", f"{base}^{{commit}}").strip()
+    merge_base = _git(repo, "merge-base", base_sha, head_sha).strip()
+    changed = [p for p in _git(repo, "diff", "--name-only", "--no-renames", merge_base, head_sha).splitlines() if p]
+    compiled = [p for p in changed if p.startswith(COMPILED_PREFIXES) or p.endswith(COMPILED_SUFFIXES)]
+    if compiled:
+        raise PatchError(
+            f"{head} changes compiled sources ({', '.join(compiled[:8])}): this mode reuses a release's kernels "
+            "and cannot test them; build vLLM from that branch and run the gate with --vllm installed"
+        )
+    taken = [p for p in changed if p.startswith(PATCHED_PREFIX)]
+    if not taken:
+        raise PatchError(f"{base}...{head} changes nothing under vllm/ ({len(changed)} other files): nothing to test")
+    body = _git(repo, "diff", "--binary", "--no-renames", merge_base, head_sha, "--", PATCHED_PREFIX)
+    info = {"base": base, "base_sha": base_sha, "merge_base": merge_base, "head": head, "head_sha": head_sha,
+            "files": taken, "left_out": [p for p in changed if p not in taken]}  # fmt: skip
+    header = (f"Patch of {repo.name}: git diff {base}...{head} -- vllm/\nbase {base} = {base_sha}\n"
+              f"merge-base {merge_base}\nhead {head} = {head_sha}\n\n")  # fmt: skip
+    return header + body, info
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ci.refpatch", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repo", type=Path, required=True, help="a vLLM checkout with the history of both refs")
+    parser.add_argument("--base", required=True, help="the ref the branch is compared with (e.g. origin/main)")
+    parser.add_argument("--head", required=True, help="the branch or commit under test")
+    parser.add_argument("--out", type=Path, required=True, help="the patch file to write")
+    args = parser.parse_args(argv)
+    text, info = make_patch(args.repo, args.base, args.head)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(f"refpatch: {info['base']}...{info['head']} ({info['merge_base'][:12]}..{info['head_sha'][:12]}): "
+          f"{len(info['files'])} file(s) under vllm/ in {args.out}")  # fmt: skip
+    for path in info["left_out"]:
+        print(f"refpatch: left out (not under vllm/): {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,176 @@
+"""The GPU workflows' trust checks, the job-summary mapping and branch patches, without GitHub or a GPU."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from ci import build, jobsummary, refpatch, trust
+from ci.cli import run_main
+from ci.errors import ExitCode, PatchError, UntrustedError
+
+REVIEWED = "a" * 40
+PUSHED = "b" * 40
+
+
+@pytest.fixture
+def github_api(monkeypatch):
+    """A stand-in for the REST API's GET /repos/{repo}/pulls/{n}: PR 7 is open at REVIEWED."""
+    pulls = {7: {"state": "open", "head": {"sha": REVIEWED}}, 8: {"state": "closed", "head": {"sha": REVIEWED}}}
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append((self.path, self.headers.get("Authorization")))
+            number = int(self.path.rsplit("/", 1)[1]) if self.path.startswith("/repos/o/r/pulls/") else 0
+            body = pulls.get(number)
+            self.send_response(200 if body else 404)
+            self.end_headers()
+            self.wfile.write(json.dumps(body or {"message": "Not Found"}).encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("GITHUB_API_URL", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.setenv("GITHUB_TOKEN", "t0ken")
+    yield seen
+    server.shutdown()
+
+
+def test_reviewed_head_passes_and_is_written_as_the_sha_to_test(github_api, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+    args = ["verify-pr", "--repository", "o/r", "--pr", "7", "--sha", REVIEWED]
+    assert run_main(trust.main, args) == 0
+    assert out.read_text() == f"sha={REVIEWED}\n"
+    assert github_api == [("/repos/o/r/pulls/7", "Bearer t0ken")]
+
+
+def test_a_head_pushed_after_review_stops_the_run(github_api, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+    args = ["verify-pr", "--repository", "o/r", "--pr", "7", "--sha", PUSHED]
+    assert run_main(trust.main, args) == ExitCode.UNTRUSTED
+    assert f"its head is {REVIEWED}, not the reviewed {PUSHED}" in capsys.readouterr().err
+    assert not out.exists(), "no SHA to test may be handed on"
+    assert run_main(trust.main, ["verify-pr", "--repository", "o/r", "--pr", "8", "--sha", REVIEWED]) == 13
+    assert run_main(trust.main, ["verify-pr", "--repository", "o/r", "--pr", "9", "--sha", REVIEWED]) == 13
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--repository", "o/r", "--pr", "7", "--sha", "abc"], ["--repository", "o/r", "--pr", "x", "--sha", REVIEWED],
+     ["--repository", "o r", "--pr", "7", "--sha", REVIEWED], ["--repository", "o/r", "--pr", "0", "--sha", REVIEWED]],
+)  # fmt: skip
+def test_malformed_dispatch_inputs_are_usage_errors(args):
+    assert run_main(trust.main, ["verify-pr", *args]) == ExitCode.USAGE
+
+
+def test_verify_pr_logic():
+    assert trust.verify_pr({"state": "open", "head": {"sha": REVIEWED}}, repository="o/r", number=1, sha=REVIEWED)
+    with pytest.raises(UntrustedError, match="not open"):
+        trust.verify_pr({"state": "closed", "head": {"sha": REVIEWED}}, repository="o/r", number=1, sha=REVIEWED)
+    with pytest.raises(UntrustedError, match="No code of the pull request was checked out"):
+        trust.verify_pr({"state": "open", "head": {}}, repository="o/r", number=1, sha=REVIEWED)
+
+
+def test_check_ref_is_a_tripwire(tmp_path, monkeypatch):
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "o"))
+    assert run_main(trust.main, ["check-ref", "--ref", "refs/heads/main", "--allowed", "refs/heads/main",
+                                 "--sha", REVIEWED]) == 0  # fmt: skip
+    assert (tmp_path / "o").read_text() == f"sha={REVIEWED}\n"
+    args = ["check-ref", "--ref", "refs/heads/evil", "--allowed", "refs/heads/main"]
+    assert run_main(trust.main, args) == ExitCode.UNTRUSTED
+
+
+@pytest.mark.parametrize(
+    ("code", "name", "status", "level"),
+    [(0, "PASS", 0, "notice"), (1, "FAIL", 1, "error"), (3, "INCONCLUSIVE", 3, "error"),
+     (4, "NO_BASELINE", 0, "warning"), (10, "INCOMPLETE", 10, "error"), (6, "NO_GPU", 6, "error"),
+     (70, "INTERNAL", 70, "error"), (130, "INTERRUPTED", 130, "error"), (99, "EXIT_99", 99, "error")],
+)  # fmt: skip
+def test_job_summary_names_the_verdict_and_sets_the_job_status(code, name, status, level, tmp_path, monkeypatch,
+                                                               capsys):  # fmt: skip
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    assert jobsummary.main(["--stage", "kernel gate", "--exit-code", str(code)]) == status
+    assert f"### kernel gate: **{name}**" in summary.read_text()
+    assert capsys.readouterr().out.startswith(f"::{level} title={name}::kernel gate: {name} (exit {code})")
+
+
+def test_strict_makes_a_missing_baseline_fail_the_job():
+    assert jobsummary.main(["--stage", "s", "--exit-code", "4", "--strict"]) == 4
+    assert {jobsummary.describe(int(c))[0] for c in ExitCode} == {n for n, _ in jobsummary.MEANING.values()}
+
+
+# a contributor's branch as the patch ---------------------------------------------------------------
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "HOME": str(repo), "PATH": "/usr/bin:/bin"}  # fmt: skip
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
+
+
+@pytest.fixture
+def fork(tmp_path) -> Path:
+    """A vLLM-like repository: main, then a branch that changes vllm/ and tests/ (main moves on meanwhile)."""
+    repo = tmp_path / "vllm-fork"
+    (repo / "vllm" / "layers").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "vllm" / "__init__.py").write_text("")
+    (repo / "vllm" / "layers" / "mod.py").write_text("def pick(m):\n    return m\n")
+    (repo / "tests" / "test_mod.py").write_text("x = 1\n")
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "base")
+    _git(repo, "checkout", "-qb", "feature")
+    (repo / "vllm" / "layers" / "mod.py").write_text("def pick(m):\n    return m // 2\n")
+    (repo / "tests" / "test_mod.py").write_text("x = 2\n")
+    _git(repo, "commit", "-qam", "feature")
+    _git(repo, "checkout", "-q", "main")
+    (repo / "README.md").write_text("main moved on\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "later on main")
+    return repo
+
+
+def test_branch_patch_is_the_merge_base_diff_under_vllm_and_builds(fork, tmp_path, capsys):
+    out = tmp_path / "change.patch"
+    assert run_main(refpatch.main, ["--repo", str(fork), "--base", "main", "--head", "feature", "--out", str(out)]) == 0
+    text = out.read_text()
+    head = _git(fork, "rev-parse", "feature").strip()
+    assert f"head feature = {head}" in text and "vllm/layers/mod.py" in text and "README.md" not in text
+    assert (
+        "tests/test_mod.py" not in text and "left out (not under vllm/): tests/test_mod.py" in capsys.readouterr().out
+    )
+    release = build.Release(version="9.9.9", root=tmp_path / "rel", source="t")
+    (release.root / "vllm" / "layers").mkdir(parents=True)
+    (release.root / "vllm" / "__init__.py").write_text("")
+    (release.root / "vllm" / "layers" / "mod.py").write_text("def pick(m):\n    return m\n")
+    trees = build.build_trees(build.BuildOptions(patch=out, out=tmp_path / "trees"), release=release)
+    assert "m // 2" in (trees.candidate / "vllm" / "layers" / "mod.py").read_text()
+    assert "m // 2" not in (trees.base / "vllm" / "layers" / "mod.py").read_text()
+
+
+def test_branch_changing_compiled_sources_or_nothing_is_refused(fork, tmp_path):
+    _git(fork, "checkout", "-q", "feature")
+    (fork / "csrc").mkdir()
+    (fork / "csrc" / "marlin.cu").write_text("// kernel\n")
+    _git(fork, "add", ".")
+    _git(fork, "commit", "-qm", "kernel")
+    with pytest.raises(PatchError, match=r"changes compiled sources \(csrc/marlin.cu\)"):
+        refpatch.make_patch(fork, "main", "feature")
+    _git(fork, "checkout", "-qb", "docs-only", "main")
+    (fork / "README.md").write_text("docs\n")
+    _git(fork, "commit", "-qam", "docs")
+    with pytest.raises(PatchError, match="changes nothing under vllm/"):
+        refpatch.make_patch(fork, "main", "docs-only")
+    assert run_main(refpatch.main, ["--repo", str(fork), "--base", "main", "--head", "nope", "--out", "x"]) == 2

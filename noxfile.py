@@ -312,11 +312,23 @@ ACT_STANDINS = {
 }
 
 
+def _act_command() -> list[str]:
+    standins = [x for ref, path in ACT_STANDINS.items() for x in ("--local-repository", f"{ref}={ROOT / path}")]
+    platforms = ["-P", "ubuntu-latest=-self-hosted", "-P", "self-hosted=-self-hosted"]
+    return ["act", "--no-cache-server", *platforms, *standins, "--env", f"GATE_ACT_SOURCE={ROOT}"]
+
+
 @nox.session(default=False)
 def act(session: nox.Session) -> None:
     """Run a workflow job locally with act on this host (default: the CPU job); args go to act."""
     _install(session, "-r", "requirements/ci.txt")
     args = list(session.posargs) or ["-W", ".github/workflows/cpu.yml", "-j", "tests"]
-    standins = [x for ref, path in ACT_STANDINS.items() for x in ("--local-repository", f"{ref}={ROOT / path}")]
-    platforms = ["-P", "ubuntu-latest=-self-hosted", "-P", "self-hosted=-self-hosted"]
-    session.run("act", "--no-cache-server", *platforms, *standins, *args, external=True)
+    session.run(*_act_command(), *args, external=True)
+
+
+@nox.session(default=False)
+def act_gpu(session: nox.Session) -> None:
+    """The GPU workflows' trust paths with act, offline (tests/act_scenarios.py): a reviewed SHA runs, a
+    moved PR head stops before any of its code is checked out, a fork's caller runs the reusable workflow."""
+    _install(session, "-r", "requirements/ci.txt")
+    session.run(_python(session), "tests/act_scenarios.py", *_act_command())

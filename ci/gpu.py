@@ -237,10 +237,10 @@ def own_leftovers(tag: str) -> list[tuple[int, str]]:
     clients), never another job's: two jobs on one runner each clean up only their own."""
     if not tag:
         raise UsageError(f"leftovers need a run tag: set {RUN_ID_ENV} (the workflows set it per job) or pass --run-id")
-    found = []
+    found, mine = [], _ancestors()
     for proc in Path("/proc").glob("[0-9]*"):
         pid = int(proc.name)
-        if pid == os.getpid():
+        if pid in mine:  # this process and the shells that started it carry the tag too
             continue
         try:
             if proc.stat().st_uid != os.getuid() or _environ(proc).get(RUN_ID_ENV) != tag:
@@ -250,6 +250,18 @@ def own_leftovers(tag: str) -> list[tuple[int, str]]:
             continue
         found.append((pid, cmd))
     return found
+
+
+def _ancestors() -> set[int]:
+    """This process and its parents, up to init."""
+    pids, pid = set(), os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            pid = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return pids
 
 
 def kill_own_leftovers(tag: str) -> list[tuple[int, str]]:

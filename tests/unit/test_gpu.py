@@ -100,3 +100,14 @@ def test_cli_check_exits_with_no_gpu_code(monkeypatch):
 
     monkeypatch.setattr(gpu, "query", lambda: ("", []))
     assert run_main(gpu.main, ["check"]) == ExitCode.NO_GPU
+
+
+def test_leftovers_spare_the_shell_that_runs_the_clean_up(tmp_path):
+    """A workflow step's shell carries the job's tag too: the clean-up must not kill it (nor itself)."""
+    env = {**os.environ, gpu.RUN_ID_ENV: "job-c-1"}
+    script = "from ci import gpu; print(sorted(pid for pid, _ in gpu.own_leftovers('job-c-1')))"
+    root = Path(__file__).resolve().parents[2]
+    command = ["bash", "-c", f'echo "$$"; "{sys.executable}" -c "{script}"']
+    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=root, check=True)
+    shell, found = done.stdout.splitlines()
+    assert found == "[]", f"the clean-up found its own shell {shell} or itself: {found}"

@@ -1,0 +1,91 @@
+"""The GPU workflows run locally with act, offline: the trust paths end to end (nox -s act_gpu).
+
+Three runs, each checked from act's log:
+
+1. ``gpu-gate.yml`` dispatched for a pull request whose head is the SHA given (a GitHub API
+   stand-in answers for it): the authorize job passes, the GPU job checks out exactly that commit,
+   installs from the hash lock and stops at the suite with NO_GPU (exit 6) on a host without one.
+2. The same dispatch with a SHA that is not the PR's head: the authorize job fails with UNTRUSTED
+   and no job checks out any code of the pull request.
+3. ``.github/examples/vllm-fork-gpu-gate.yml``, a caller of the reusable workflow (a vLLM fork's
+   view): the reusable workflow's GPU job runs and stops at NO_GPU.
+
+Usage: ``python tests/act_scenarios.py ACT_ARGS...`` (nox -s act_gpu passes act's stand-in options).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STUB = ROOT / ".github" / "act-standins" / "github-api.py"
+PR = 7
+NO_GPU = "title=NO_GPU::GPU equivalence suite: NO_GPU (exit 6)"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(act: list[str], workflow: str, inputs: dict, env: dict[str, str], log: Path) -> tuple[int, str]:
+    event = log.with_suffix(".event.json")
+    event.write_text(json.dumps({"repository": {"default_branch": "main"}, "inputs": inputs}))
+    cmd = [*act, "-W", workflow, "workflow_dispatch", "-e", str(event), "-s", "GITHUB_TOKEN=act-local",
+           *[x for k, v in env.items() for x in ("--env", f"{k}={v}")]]  # fmt: skip
+    with open(log, "w") as fh:
+        code = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, check=False).returncode
+    return code, re.sub(r"\x1b\[[0-9;]*m", "", log.read_text())
+
+
+def main(act: list[str]) -> int:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    sha = head.stdout.strip()
+    port = _free_port()
+    stub = subprocess.Popen([sys.executable, str(STUB), "--port", str(port), "--pr", str(PR), "--sha", sha])
+    time.sleep(0.5)
+    env = {"GITHUB_API_URL": f"http://127.0.0.1:{port}", "GATE_ACT_SOURCE": str(ROOT)}
+    logs = Path(tempfile.mkdtemp(prefix="act-gpu-"))
+    failures = []
+
+    def expect(name: str, ok: bool, why: str) -> None:
+        print(f"act_gpu: {'ok  ' if ok else 'FAIL'} {name}: {why}", flush=True)
+        if not ok:
+            failures.append(name)
+
+    try:
+        dispatch = {"pr": str(PR), "sha": sha, "vllm": "0.25.1", "patch": "ci/patches/marlin-ep-m-estimate.patch",
+                    "suite": "quick", "tpot": False, "gpus": "2"}  # fmt: skip
+        code, text = _run(act, ".github/workflows/gpu-gate.yml", dispatch, env, logs / "1-reviewed.log")
+        reviewed = (f"head is {sha}, the reviewed commit" in text and f"checkout stand-in: gate at {sha}" in text
+                    and "Successfully installed" in text and NO_GPU in text)  # fmt: skip
+        expect(
+            "reviewed SHA",
+            code != 0 and reviewed,
+            "authorize passed; the GPU job checked out that commit, installed from hashes, stopped at NO_GPU",
+        )
+        moved = {**dispatch, "sha": "0" * 40}
+        code, text = _run(act, ".github/workflows/gpu-gate.yml", moved, env, logs / "2-moved.log")
+        expect("moved head", code != 0 and f"its head is {sha}, not the reviewed {'0' * 40}" in text
+               and "checkout stand-in: gate at" not in text and "GPU equivalence suite" not in text,
+               "authorize failed with UNTRUSTED; no job checked out code of the pull request")  # fmt: skip
+        caller = {"head": "", "base": "origin/main", "vllm": "0.25.1"}
+        code, text = _run(act, ".github/examples/vllm-fork-gpu-gate.yml", caller, env, logs / "3-caller.log")
+        ran = "checkout stand-in: gate at" in text and NO_GPU in text
+        expect("fork caller", code != 0 and ran, "the reusable workflow ran through the caller and stopped at NO_GPU")
+    finally:
+        stub.terminate()
+    print(f"act_gpu: logs in {logs}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:] or ["act"]))

@@ -39,7 +39,9 @@ def _free_port() -> int:
 def _run(act: list[str], workflow: str, inputs: dict, env: dict[str, str], log: Path) -> tuple[int, str]:
     event = log.with_suffix(".event.json")
     event.write_text(json.dumps({"repository": {"default_branch": "main"}, "inputs": inputs}))
-    cmd = [*act, "-W", workflow, "workflow_dispatch", "-e", str(event), "-s", "GITHUB_TOKEN=act-local",
+    # no git remote: act then names the repository nektos/act, whatever the clone's origin is (a path in CI)
+    cmd = [*act, "--remote-name", "gate-act-no-remote", "-W", workflow, "workflow_dispatch", "-e", str(event),
+           "-s", "GITHUB_TOKEN=act-local",
            *[x for k, v in env.items() for x in ("--env", f"{k}={v}")]]  # fmt: skip
     with open(log, "w") as fh:
         code = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, check=False).returncode

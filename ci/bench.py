@@ -7,11 +7,15 @@ sees ``tokens_per_rank * ep`` DP-padded rows; ``ep = 1`` is the non-EP caller
 
 Timing: a CUDA graph of ``calls`` consecutive calls over rotating input sets (so the L2
 cache does not flatter), replayed and timed with CUDA events, after warm-up (the first
-Marlin call JIT-compiles PTX). Base and candidate alternate round by round (A B, B A, ...);
-every ``block_size_m`` in {8, 16, 32, 48, 64} is timed too, for each heuristic's regret.
-Raw samples (microseconds per call) go into a versioned results file with provenance.
+Marlin call JIT-compiles PTX). Two captures of the same kernels time 1-3% apart (a systematic
+error of the capture: addresses, placement), so each case is timed in ``blocks``: every block
+draws fresh input buffers, shifts the next allocations by a random pad, captures both builds
+anew in a random order, then times them for a few alternating rounds (A B, B A, ...). The
+gate's interval is taken over blocks (``ci.stats.blocked_effect``), so that error is inside it.
+Every ``block_size_m`` in {8, 16, 32, 48, 64} is timed too, for each heuristic's regret.
+Raw samples (microseconds per call) and each sample's block go into a versioned results file.
 
-Usage: ``python -m ci.bench --manifest M [--suite default|quick] [--repeats 50] --out FILE``
+Usage: ``python -m ci.bench --manifest M [--suite default|quick] [--repeats 90] [--blocks 30] --out FILE``
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fnmatch
+import random
 import sys
 import time
 from collections.abc import Sequence
@@ -32,7 +37,10 @@ from ci.errors import GPUBusyError, UsageError, WrongResultsError
 from ci.results import BenchResults, CaseResult
 from ci.spec import BLOCK_SIZES_M, NON_EP
 
-DEFAULT_REPEATS = 50  # per build: with paired rounds, detects a true 3.5% slowdown >= 95% (README)
+DEFAULT_REPEATS = 90  # timed rounds per build, over DEFAULT_BLOCKS captures (README: error rates)
+DEFAULT_BLOCKS = 30  # fresh captures per build; 30 x 3 rounds: simulated, with the measured capture error,
+# A/A and +2% never FAIL, +3.5% FAILs in 94% (20 x 3: 81%); the GPU time is to be measured on the H200
+MIN_BLOCKS = 6  # a 95% signed-rank interval over blocks needs at least 6
 BLOCK_SIZE_REPEATS = 10  # per forced block size (regret only, not gated)
 CALLS_PER_GRAPH = 10
 ROTATING_INPUTS = 4
@@ -107,7 +115,19 @@ class CaseRunner:
         shape = mc.Shape(case.shape_name, case.hidden, case.intermediate, case.experts, case.topk)
         self.view = mc.rank_view(case.experts, case.ep, 0)
         self.experts = experts
-        self.inputs = [mc.route(case.rows, shape, torch.bfloat16, seed=100 + i) for i in range(ROTATING_INPUTS)]
+        self.shape = shape
+        self.inputs = self._route(block=0)
+
+    def _route(self, block: int) -> list:
+        return [self.mc.route(self.case.rows, self.shape, self.torch.bfloat16, seed=100 + ROTATING_INPUTS * block + i)
+                for i in range(ROTATING_INPUTS)]  # fmt: skip
+
+    def start_block(self, block: int, pad_bytes: int):
+        """Fresh input buffers for ``block``, allocated after a pad of ``pad_bytes``, so neither build
+        keeps the addresses it had (return the pad: it must live as long as the block's graphs)."""
+        pad = self.torch.empty(pad_bytes, dtype=self.torch.uint8, device="cuda")
+        self.inputs = self._route(block)
+        return pad
 
     def call(self, module, routing):
         return self.mc.call_moe(
@@ -163,15 +183,33 @@ def picked_block_size(runner: CaseRunner, module) -> int:
     return seen[0]
 
 
-def run_case(runner: CaseRunner, variants, repeats: int) -> CaseResult:
+def block_plan(case_id: str, blocks: int) -> list[tuple[tuple[str, str], int]]:
+    """Per block: the order the builds are captured and timed in, and the pad (bytes) before its inputs.
+    Random but reproducible (seeded by the case id): over the blocks each build goes first about half the
+    time and sits at varying addresses."""
+    rng = random.Random(f"ep-marlin-gate:{case_id}")
+    plan = []
+    for _ in range(blocks):
+        order = ("base", "candidate") if rng.random() < 0.5 else ("candidate", "base")
+        plan.append((order, 256 * rng.randrange(1, 4096)))
+    return plan
+
+
+def run_case(runner: CaseRunner, variants, repeats: int, blocks: int = DEFAULT_BLOCKS) -> CaseResult:
     base, cand = variants
+    modules = {v.name: v.marlin_moe for v in variants}
     correctness = check_outputs_agree(runner, base.marlin_moe, cand.marlin_moe)
     picks = {v.name: picked_block_size(runner, v.marlin_moe) for v in variants}
-    graphs = {v.name: runner.capture(v.marlin_moe) for v in variants}
     samples: dict[str, list[float]] = {"base": [], "candidate": []}
-    for name in stats.interleaved_order(repeats):  # A B, B A, ...: sample i of each build is a pair
-        samples[name].append(runner.time_us(graphs[name]))
-    del graphs
+    block_of: dict[str, list[int]] = {"base": [], "candidate": []}
+    rounds = max(1, repeats // blocks)
+    for b, (order, pad_bytes) in enumerate(block_plan(runner.case.id, blocks)):
+        pad = runner.start_block(b, pad_bytes)
+        graphs = {name: runner.capture(modules[name]) for name in order}  # fresh captures, in this block's order
+        for name in stats.interleaved_order(rounds, order):  # A B, B A, ...: sample i of each build is a pair
+            samples[name].append(runner.time_us(graphs[name]))
+            block_of[name].append(b)
+        del graphs, pad
     per_bm: dict[str, list[float]] = {}
     bm_graphs = {bm: runner.capture(base.marlin_moe, forced_bm=bm) for bm in BLOCK_SIZES_M}
     for _ in range(BLOCK_SIZE_REPEATS):
@@ -198,7 +236,7 @@ def run_case(runner: CaseRunner, variants, repeats: int) -> CaseResult:
             "dtype": c.dtype,
             "block_size_m": picks,
         },
-        extra={"block_sizes_us": per_bm, "correctness": correctness},
+        extra={"block_sizes_us": per_bm, "correctness": correctness, "blocks": block_of},
     )
 
 
@@ -207,7 +245,7 @@ IDENTITY_KEYS = ("shape", "hidden", "intermediate", "global_experts", "local_exp
 
 
 def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bool = False,
-              case_filter: str | None = None) -> BenchResults:  # fmt: skip
+              case_filter: str | None = None, blocks: int = DEFAULT_BLOCKS) -> BenchResults:  # fmt: skip
     import torch
 
     from ci import moe_case as mc
@@ -227,7 +265,7 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
             local = mc.rank_view(case.experts, case.ep, 0).local_ids.numel()
             experts = mc.random_packed_experts(shape, torch.bfloat16, local_experts=local, seed=7)
         try:
-            result = run_case(CaseRunner(case, experts), variants, repeats)
+            result = run_case(CaseRunner(case, experts), variants, repeats, blocks)
         except WrongResultsError as exc:  # the other cases still run; the gate FAILs this one
             failed[case.id] = str(exc)
             print(f"bench [{i}/{len(cases)}] {case.id}: NOT TIMED: {exc}", flush=True)
@@ -246,6 +284,8 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
         provenance=provenance.collect(trees, with_cuda=True),
         settings={
             "repeats": repeats,
+            "blocks": blocks,
+            "rounds_per_block": max(1, repeats // blocks),
             "block_size_repeats": BLOCK_SIZE_REPEATS,
             "calls_per_graph": CALLS_PER_GRAPH,
             "rotating_inputs": ROTATING_INPUTS,
@@ -270,19 +310,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--suite", default="default", help=f"one of {sorted(SUITES)} (default %(default)s)")
     parser.add_argument("--cases", help="only case ids matching this glob, e.g. 'deepseek-v3/ep8/*'")
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="rounds per build (%(default)s)")
+    parser.add_argument("--blocks", type=int, default=DEFAULT_BLOCKS,
+                        help="fresh captures per build, the repeats split among them (%(default)s)")  # fmt: skip
     parser.add_argument("--out", type=Path, required=True, help="results file to write")
     parser.add_argument("--allow-busy", action="store_true", help="time even if another process uses the GPU")
     parser.add_argument("--aa", action="store_true", help="A/A run: time the base build against itself")
     args = parser.parse_args(argv)
-    if args.repeats < 6:
-        raise UsageError(f"--repeats {args.repeats}: at least 6 are needed for a 95% interval (default 50)")
+    if args.blocks < MIN_BLOCKS or args.repeats < args.blocks:
+        raise UsageError(
+            f"--blocks {args.blocks} --repeats {args.repeats}: a 95% interval over blocks needs at least "
+            f"{MIN_BLOCKS} blocks, and each block at least one round (defaults {DEFAULT_BLOCKS} and {DEFAULT_REPEATS})"
+        )
     cases = suite_cases(args.suite, args.cases)
     trees = load_trees(args.manifest)
     gpus = gpu.require_gpus()
     busy = gpu.busy_gpus(gpus[:1])
     if busy and not args.allow_busy:
         raise GPUBusyError(f"the GPU is busy: {busy[0]}; wait for it, or pass --allow-busy (timings will be noisy)")
-    results = run_suite(trees, cases, args.repeats, args.suite, aa=args.aa, case_filter=args.cases)
+    results = run_suite(trees, cases, args.repeats, args.suite, aa=args.aa, case_filter=args.cases,
+                        blocks=args.blocks)  # fmt: skip
     results.save(args.out)
     print(f"bench: {len(results.cases)} cases written to {args.out}")
     failed = results.settings["failed_cases"]

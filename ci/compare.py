@@ -19,7 +19,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ci import baselines, evidence, report, stats
@@ -102,6 +102,19 @@ def _notes(*samples: Sequence[float]) -> list[str]:
     return notes
 
 
+def block_medians(case: CaseResult, side: str) -> list[float] | None:
+    """The median of each block of ``side`` (``extra.blocks``: the block of every sample), or None for
+    results timed in one capture (older files, TPOT, a single block)."""
+    blocks = case.extra.get("blocks")
+    if blocks is None:
+        return None
+    ids = blocks.get(side) if isinstance(blocks, dict) else None
+    samples = case.samples[side]
+    if not isinstance(ids, list) or len(ids) != len(samples) or not all(isinstance(b, int) for b in ids):
+        raise DataError(f"case {case.id}: extra.blocks[{side!r}] should give the block of each of its samples")
+    return stats.block_medians(samples, ids) if len(set(ids)) > 1 else None
+
+
 def _judge(case: CaseResult, ref: list[float], got: list[float], effect: stats.Effect, threshold: float):
     return CaseVerdict(
         id=case.id,
@@ -123,6 +136,13 @@ def compare_ab(results: BenchResults, threshold: float, confidence: float) -> Ga
         if not {"base", "candidate"} <= set(case.samples):
             continue  # a problem of the evidence (ci.evidence), reported as INCOMPLETE
         base, cand = case.samples["base"], case.samples["candidate"]
+        mb, mc = block_medians(case, "base"), block_medians(case, "candidate")
+        if (mb is None) != (mc is None) or (mb is not None and len(mb) != len(mc)):
+            raise DataError(f"case {case.id}: the builds were timed in different blocks; re-run the bench")
+        if mb is not None:  # one number per pair of captures
+            effect = stats.blocked_effect(mb, mc, confidence, n_base=len(base), n_cand=len(cand))
+            verdicts.append(_judge(case, base, cand, effect, threshold))
+            continue
         n = min(len(base), len(cand))  # an interrupted run can end between the two rounds of a pair
         verdict = _judge(case, base[:n], cand[:n], stats.paired_effect(base[:n], cand[:n], confidence), threshold)
         if n < max(len(base), len(cand)):
@@ -154,7 +174,16 @@ def compare_baseline(
             )
             continue
         ref, got = stored.samples[side], case.samples[side]
-        verdicts.append(_judge(case, ref, got, stats.unpaired_effect(ref, got, confidence), threshold))
+        ref_blocks, got_blocks = block_medians(stored, side), block_medians(case, side)
+        if ref_blocks is not None and got_blocks is not None:  # captures against captures
+            effect = replace(stats.unpaired_effect(ref_blocks, got_blocks, confidence),
+                             method=stats.METHOD_BLOCKED_UNPAIRED, n_base=len(ref), n_candidate=len(got))  # fmt: skip
+            verdicts.append(_judge(case, ref, got, effect, threshold))
+            continue
+        verdict = _judge(case, ref, got, stats.unpaired_effect(ref, got, confidence), threshold)
+        if (ref_blocks is None) != (got_blocks is None):
+            verdict.notes.append("one side was timed in a single capture: the interval leaves the capture error out")
+        verdicts.append(verdict)
     problems = evidence.baseline_problems(results, baseline, side)
     return _report("baseline", f"{side} build in {where}", results, verdicts, threshold, confidence, problems)
 

@@ -8,7 +8,8 @@ INCOMPLETE (exit 10), whatever its intervals say. The rules:
 * at least one case, and no case of ``settings.expected_cases`` (the cases the stage set out to
   measure) missing; a file that lists none must say ``complete: true``;
 * ``settings.complete`` is not false (an interrupted run);
-* every case has at least :data:`MIN_SAMPLES` samples of each build it is judged on;
+* every case has at least :data:`MIN_SAMPLES` samples of each build it is judged on, and, when it
+  was timed in blocks (fresh captures), at least :data:`MIN_BLOCKS` blocks;
 * no failed requests in a round and no correctness failure recorded in a case;
 * against a baseline: every case of the baseline is in the run, and the case identity the stage
   declared (``settings.identity_keys``: model, config hash, profile, ...) is the same in both;
@@ -27,6 +28,7 @@ from ci.results import BenchResults
 # A 95% Wilcoxon signed-rank interval cannot be bounded with fewer than 6 pairs, nor a
 # Mann-Whitney one with fewer than 4 + 4; 6 a build is the floor (ci.bench refuses fewer repeats).
 MIN_SAMPLES = 6
+MIN_BLOCKS = 6  # the same floor for results timed in blocks (the interval is over blocks)
 SHOWN = 5  # ids listed in a message before "and N more"
 
 
@@ -40,6 +42,13 @@ def failed_cases(results: BenchResults) -> dict[str, str]:
     """Cases the stage recorded as failed (the candidate crashed or computed wrong numbers): id -> why."""
     failed = results.settings.get("failed_cases") or {}
     return {str(k): str(v) for k, v in failed.items()} if isinstance(failed, dict) else {}
+
+
+def _blocks(case, side: str) -> set:
+    """The blocks (fresh captures) ``side`` of ``case`` was timed in; empty for results timed in one capture."""
+    blocks = case.extra.get("blocks")
+    ids = blocks.get(side) if isinstance(blocks, dict) else None
+    return set(ids) if isinstance(ids, list) else set()
 
 
 def run_problems(results: BenchResults, *, sides: tuple[str, ...] = ("base", "candidate")) -> list[str]:
@@ -78,6 +87,9 @@ def run_problems(results: BenchResults, *, sides: tuple[str, ...] = ("base", "ca
                 problems.append(f"case {case.id}: no samples of build {side!r}")
             elif n < MIN_SAMPLES:
                 problems.append(f"case {case.id}: {n} sample(s) of {side!r}, at least {MIN_SAMPLES} are needed")
+            elif 1 < len(blocks := _blocks(case, side)) < MIN_BLOCKS:  # one block is one capture, as before
+                problems.append(f"case {case.id}: {len(blocks)} block(s) of {side!r}, at least {MIN_BLOCKS} are "
+                                "needed (the interval is over blocks)")  # fmt: skip
         rounds = case.extra.get("rounds") or []
         bad = [r for r in rounds if isinstance(r, dict) and (r.get("failed") or r.get("completed") == 0)]
         if bad:

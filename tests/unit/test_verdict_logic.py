@@ -478,3 +478,98 @@ def test_a_file_of_another_kind_is_not_results(tmp_path):
     )
     with pytest.raises(DataError, match="expected a 'tpot-bench' file"):
         load_results(_p(make_results({"a": 1.0}), tmp_path / "k.json"), kind="tpot-bench")
+
+
+# blocks: the interval over fresh captures ---------------------------------------------------------
+
+
+def _blocked_results(ratio_by_block: list[float], rounds: int = 3, case_ratio: float = 1.0) -> BenchResults:
+    """One case timed in len(ratio_by_block) blocks: block b's capture makes the candidate ratio_by_block[b] slow."""
+    r = make_results({"a": case_ratio}, n=len(ratio_by_block) * rounds)
+    case = r.cases[0]
+    ids = [b for b in range(len(ratio_by_block)) for _ in range(rounds)]
+    case.samples["candidate"] = [x * ratio_by_block[b] for x, b in zip(case.samples["candidate"], ids, strict=True)]
+    case.extra["blocks"] = {"base": ids, "candidate": list(ids)}
+    return r
+
+
+def test_a_capture_bias_widens_the_blocked_interval_instead_of_failing():
+    """Half the captures +3.5%, half -3.5% (a layout effect that follows the capture, not the build):
+    per sample the interval is narrow and would sit wherever the one capture fell; over blocks it is wide."""
+    biased = _blocked_results([1.035, 0.965] * 10)
+    (case,) = compare.compare_ab(biased, 0.03, 0.95).cases
+    assert case.effect.method == stats.METHOD_BLOCKED and case.effect.n_base == 60
+    assert case.effect.ci_low < 1.0 < case.effect.ci_high and case.verdict == V.INCONCLUSIVE
+    steady = _blocked_results([1.06] * 20)
+    (case,) = compare.compare_ab(steady, 0.03, 0.95).cases
+    assert case.verdict == V.FAIL and case.effect.ratio == pytest.approx(1.06, rel=0.01)
+
+
+def test_block_medians_and_their_validation():
+    assert stats.block_medians([1.0, 3.0, 2.0, 10.0], [1, 1, 0, 0]) == [6.0, 2.0]
+    with pytest.raises(ValueError, match="each sample needs its block"):
+        stats.block_medians([1.0], [0, 1])
+    r = _blocked_results([1.0] * 8)
+    r.cases[0].extra["blocks"]["base"].pop()
+    with pytest.raises(DataError, match=r"extra.blocks\['base'\] should give the block of each of its samples"):
+        compare.compare_ab(r, 0.03, 0.95)
+    one = _blocked_results([1.0] * 1, rounds=10)  # a single block: judged per sample, as one capture
+    assert compare.compare_ab(one, 0.03, 0.95).cases[0].effect.method == stats.METHOD_PAIRED
+    e = stats.blocked_effect([1.0] * 8, [1.1] * 8)
+    assert e.ratio == pytest.approx(1.1) and (e.n_base, e.n_candidate) == (8, 8)
+    with pytest.raises(ValueError, match="blocks must pair up"):
+        stats.blocked_effect([1.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="timings must be positive"):
+        stats.blocked_effect([1.0, 0.0], [1.0, 1.0])
+
+
+def test_too_few_blocks_is_incomplete():
+    assert evidence.run_problems(_blocked_results([1.0] * 6)) == []
+    assert evidence.run_problems(_blocked_results([1.0], rounds=10)) == []  # one block: one capture, judged per sample
+    assert len(evidence.run_problems(_blocked_results([1.0] * 2, rounds=5))) == 2  # two blocks: too few
+    assert evidence.run_problems(_blocked_results([1.0] * 5, rounds=3)) == [
+        "case a: 5 block(s) of 'base', at least 6 are needed (the interval is over blocks)",
+        "case a: 5 block(s) of 'candidate', at least 6 are needed (the interval is over blocks)",
+    ]
+
+
+def test_baseline_mode_compares_captures_with_captures():
+    stored, run = _blocked_results([1.0] * 10), _blocked_results([1.0] * 10)
+    (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
+    assert case.effect.method == stats.METHOD_BLOCKED_UNPAIRED and case.effect.n_base == 30 and not case.notes
+    legacy = make_results({"a": 1.0})
+    (case,) = compare.compare_baseline(run, legacy, "candidate", 0.03, 0.95, "B").cases
+    assert case.effect.method == stats.METHOD_UNPAIRED
+    assert case.notes == ["one side was timed in a single capture: the interval leaves the capture error out"]
+
+
+def test_blocked_verdicts_carry_their_options_and_judge_every_case():
+    first, second = _blocked_results([1.0] * 10), _blocked_results([1.10] * 10)
+    first.cases.append(second.cases[0])
+    first.cases[1].id = "b"
+    first.settings["expected_cases"] = ["a", "b"]
+    gate = compare.compare_ab(first, 0.03, 0.99)
+    assert [c.verdict for c in gate.cases] == [V.PASS, V.FAIL] and gate.overall == V.FAIL
+    assert all((c.effect.confidence, c.effect.n_base, c.effect.n_candidate) == (0.99, 30, 30) for c in gate.cases)
+    stored = _blocked_results([1.0] * 10)
+    stored.cases.append(_blocked_results([1.0] * 10).cases[0])
+    stored.cases[1].id = "b"
+    bl = compare.compare_baseline(first, stored, "candidate", 0.03, 0.99, "B")
+    assert [c.verdict for c in bl.cases] == [V.PASS, V.FAIL]
+    assert all((c.effect.confidence, c.effect.n_base, c.effect.n_candidate) == (0.99, 30, 30) for c in bl.cases)
+
+
+def test_blocks_that_do_not_match_are_a_data_error():
+    two = _blocked_results([1.0, 1.0], rounds=6)  # two blocks: timed in blocks (and too few of them)
+    assert compare.compare_ab(two, 0.03, 0.95).cases[0].effect.method == stats.METHOD_BLOCKED
+    r = _blocked_results([1.0] * 8)
+    r.cases[0].extra["blocks"] = [0, 1]
+    with pytest.raises(DataError, match=r"extra.blocks\['base'\]"):
+        compare.compare_ab(r, 0.03, 0.95)
+    r = _blocked_results([1.0] * 8)
+    r.cases[0].extra["blocks"]["candidate"] = [0] * 24  # the candidate in one block, the base in eight
+    with pytest.raises(DataError, match="timed in different blocks"):
+        compare.compare_ab(r, 0.03, 0.95)
+    for base, cand in (([1.0, 0.0], [1.0, 1.0]), ([1.0, 1.0], [1.0, -1.0])):
+        with pytest.raises(ValueError, match=r"^timings must be positive$"):
+            stats.blocked_effect(base, cand)

@@ -5,6 +5,7 @@ interpreter's own packages are used (offline GPU hosts, with `--vllm installed`)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -25,9 +26,26 @@ OUT = Path(".gate") / "out"
 STAGE_STOP_S = 60  # after Ctrl-C or SIGTERM, a stage gets this long to stop its servers before SIGTERM/SIGKILL
 
 
+def _children() -> list[int]:
+    """This process's direct children (Linux /proc; empty elsewhere)."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == os.getpid():
+            kids.append(int(stat.parent.name))
+    return kids
+
+
 def _terminate_as_interrupt(signum, frame):
-    """SIGTERM (a cancelled CI job, ``kill``) stops nox like Ctrl-C: nox then interrupts the running
-    stage and waits for it, instead of dying and leaving the stage and its servers behind."""
+    """SIGTERM (a cancelled CI job, ``kill``) stops nox like Ctrl-C: the running stage gets SIGINT (what
+    Ctrl-C would have sent it; ci.tpot then stops its servers) and nox waits STAGE_STOP_S for it before
+    SIGTERM and SIGKILL, instead of dying and leaving the stage and its servers behind."""
+    for pid in _children():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGINT)
     raise KeyboardInterrupt
 
 

@@ -451,3 +451,48 @@ def test_a_test_that_breaks_the_cuda_context_fails_alone(pytester, monkeypatch):
     assert "hit a fatal CUDA error (CUDA error: an illegal memory access)" in out
     assert "replacing crashed worker" in out and "crashed while running" not in out.replace("left after", "")
     assert result.ret == 1
+
+
+NOXFILE_WITH_A_SLOW_STAGE = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("gate_noxfile", {noxfile!r})
+gate = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gate)
+import nox
+
+@nox.session(python=False)
+def slow(session):
+    gate._stage(session, sys.executable, {child!r})
+"""
+SLOW_STAGE = """
+import signal, sys, time
+def stop(*_):
+    print("stage: SIGINT, stopping its servers", flush=True)
+    time.sleep(0.5)
+    print("stage: servers stopped", flush=True)
+    sys.exit(130)
+signal.signal(signal.SIGINT, stop)
+print("stage: running", flush=True)
+time.sleep(60)
+"""
+
+
+def test_sigterm_to_nox_lets_the_stage_stop_its_servers(tmp_path):
+    """A cancelled job sends nox SIGTERM: the stage must get the interrupt and time to clean up (before,
+    nox died at once, or waited out the stage without telling it, and its servers stayed up)."""
+    child = tmp_path / "stage.py"
+    child.write_text(SLOW_STAGE)
+    noxfile = tmp_path / "noxfile.py"
+    noxfile.write_text(NOXFILE_WITH_A_SLOW_STAGE.format(noxfile=str(ROOT / "noxfile.py"), child=str(child)))
+    cmd = [sys.executable, "-m", "nox", "-f", str(noxfile), "-s", "slow"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 30
+    lines = []
+    while time.time() < deadline:
+        lines.append(proc.stdout.readline())
+        if "stage: running" in lines[-1]:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out = "".join(lines) + proc.communicate(timeout=30)[0]
+    assert "stage: SIGINT, stopping its servers" in out and "stage: servers stopped" in out
+    assert proc.returncode == 130

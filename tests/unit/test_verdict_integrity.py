@@ -496,3 +496,15 @@ def test_sigterm_to_nox_lets_the_stage_stop_its_servers(tmp_path):
     out = "".join(lines) + proc.communicate(timeout=30)[0]
     assert "stage: SIGINT, stopping its servers" in out and "stage: servers stopped" in out
     assert proc.returncode == 130
+
+
+def test_a_busy_gpu_has_its_own_exit_code_not_no_gpu(tmp_path, monkeypatch, capsys):
+    from ci import bench, gpu
+
+    busy = gpu.GpuInfo(index=0, name="NVIDIA H200", uuid="u", memory_total_mib=143771, memory_used_mib=120000)
+    monkeypatch.setattr(bench, "load_trees", lambda manifest: None)
+    monkeypatch.setattr(gpu, "query", lambda: ("580", [busy]))
+    args = ["--manifest", str(tmp_path / "m.json"), "--out", str(tmp_path / "r.json"), "--suite", "quick"]
+    assert run_main(bench.main, args) == ExitCode.GPU_BUSY == 11
+    assert "the GPU is busy: GPU 0 (NVIDIA H200): 120000 of 143771 MiB in use" in capsys.readouterr().err
+    assert run_main(bench.main, [*args, "--blocks", "3"]) == ExitCode.USAGE  # fewer than 6 blocks

@@ -279,11 +279,19 @@ class BuildOptions:
     cache: Path = GATE_DIR / "cache"
 
 
+def _made_by_builder(out: Path) -> bool:
+    """Trees of an earlier version of this builder (before the marker): a manifest of kind vllm-trees."""
+    try:
+        return read_json(out / "manifest.json", kind=MANIFEST_KIND, versions=(MANIFEST_VERSION,)) is not None
+    except DataError:
+        return False
+
+
 def _check_out_dir(out: Path) -> None:
     """``out`` may be replaced only if it is missing, empty, or trees this builder made (its marker)."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise UsageError(f"--out {out}: exists and is not a folder; pick a new folder (nothing was changed)")
-    if out.is_dir() and any(out.iterdir()) and not (out / TREES_MARKER).is_file():
+    if out.is_dir() and any(out.iterdir()) and not (out / TREES_MARKER).is_file() and not _made_by_builder(out):
         raise UsageError(
             f"--out {out}: the folder holds files the gate did not make (no {TREES_MARKER} in it); the builder "
             "replaces its --out folder, so pick a new or empty one (nothing was changed or deleted)"

@@ -508,3 +508,16 @@ def test_a_busy_gpu_has_its_own_exit_code_not_no_gpu(tmp_path, monkeypatch, caps
     assert run_main(bench.main, args) == ExitCode.GPU_BUSY == 11
     assert "the GPU is busy: GPU 0 (NVIDIA H200): 120000 of 143771 MiB in use" in capsys.readouterr().err
     assert run_main(bench.main, [*args, "--blocks", "3"]) == ExitCode.USAGE  # fewer than 6 blocks
+
+
+def test_trees_of_the_builder_before_the_marker_are_still_its_own(tmp_path, patch_file):
+    release = make_release(tmp_path / "rel")
+    out = tmp_path / "out"
+    trees = build.build_trees(build.BuildOptions(patch=patch_file, out=out), release=release)
+    (out / build.TREES_MARKER).unlink()  # as an earlier version left them: a manifest, no marker
+    again = build.build_trees(build.BuildOptions(patch=patch_file, out=out), release=release)
+    assert again.manifest.changed_files == trees.manifest.changed_files
+    (out / build.TREES_MARKER).unlink()
+    (out / "manifest.json").write_text('{"kind": "something-else", "schema_version": 1}')
+    with pytest.raises(UsageError, match="did not make"):
+        build.build_trees(build.BuildOptions(patch=patch_file, out=out), release=release)

@@ -1,4 +1,4 @@
-"""The block_size_m rule of fused_marlin_moe, written from its specification (design.md §1).
+"""The block_size_m rule of fused_marlin_moe, written from its specification (vLLM PR #48144).
 
 This is the oracle the CPU tier checks vLLM against: written from the words of the spec in
 exact rational arithmetic, not copied from vLLM's code.

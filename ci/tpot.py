@@ -51,6 +51,8 @@ CLIENTS = {
     "cli": "one vllm bench serve command per round, from the measured build's tree",
 }
 CLIENT_SCRIPT = Path(__file__).resolve().parent / "bench_client.py"
+# what makes two TPOT runs comparable (ci.evidence checks them against a baseline)
+IDENTITY_KEYS = ("model", "model_config_sha256", "dp", "expert_parallel", "profile", "server_mode")
 CLIENT_IMPORT_TIMEOUT_S = 600.0
 ROUND_TIMEOUT_S = 3600.0  # one vllm bench serve run; the nightly profile takes a few minutes
 
@@ -491,10 +493,6 @@ def run_tpot(trees: Trees, model: str, profile_name: str, dp: int, out_dir: Path
             results(rounds, startup).save(save_to)
 
     return results(*run_rounds(runner, mode, on_round=save))
-
-
-# what makes two TPOT runs comparable (ci.evidence checks them against a baseline)
-IDENTITY_KEYS = ("model", "model_config_sha256", "dp", "expert_parallel", "profile", "server_mode")
 
 
 def rounds_from_dir(directory: Path) -> list[RoundResult]:

@@ -1,4 +1,5 @@
-"""The block-size oracle against the measured table of design.md §3 and hand-worked cases."""
+"""The block-size oracle against a table measured on an H200 (vLLM 0.26.0: the block
+size each rule picks, per shape, EP size and tokens per rank) and hand-worked cases."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def test_overall_is_the_worst():
 
 
 def test_error_rates_at_default_repeats():
-    """Simulated with design.md's noise (CV 0.2-0.7%, 3% of samples +7%): the README's numbers."""
+    """Simulated with the noise measured on an H200 (CV 0.2-0.7%, 3% of samples +7%): the README's numbers."""
     from ci.bench import DEFAULT_REPEATS
 
     aa = stats.simulate(1.0, DEFAULT_REPEATS, trials=300, seed=11)

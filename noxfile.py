@@ -250,6 +250,12 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def error_rates(session: nox.Session) -> None:
+    """The kernel gate's false alarms and detection on this GPU: A/A runs and injected slowdowns (README)."""
+    _gpu_stage(session, "ci.error_rates", "error-rates")
+
+
+@nox.session(default=False)
 def gate(session: nox.Session) -> None:
     """Judge benchmark results: A/B (default) or `--mode baseline`; exits with the verdict's code (README)."""
     _requirements(session, "test")

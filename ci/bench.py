@@ -15,6 +15,10 @@ gate's interval is taken over blocks (``ci.stats.blocked_effect``), so that erro
 Every ``block_size_m`` in {8, 16, 32, 48, 64} is timed too, for each heuristic's regret.
 Raw samples (microseconds per call) and each sample's block go into a versioned results file.
 
+``--inject-slowdown F`` (with ``--aa``) is how the gate's error rates are measured on a GPU
+(``ci.error_rates``): the candidate is the base build with a GPU sleep appended to each of its
+graphs, calibrated per case so that the candidate is F (e.g. 0.035) slower than the base.
+
 Usage: ``python -m ci.bench --manifest M [--suite default|quick] [--repeats 90] [--blocks 30] --out FILE``
 """
 
@@ -45,7 +49,14 @@ BLOCK_SIZE_REPEATS = 10  # per forced block size (regret only, not gated)
 CALLS_PER_GRAPH = 10
 ROTATING_INPUTS = 4
 WARMUP_REPLAYS = 3
+INJECT_PILOT_ROUNDS = 10  # per case, to calibrate an injected slowdown
+SLEEP_CALIBRATION_CYCLES = 2_000_000  # torch.cuda._sleep cycles timed once per run (about 1 ms on an H200)
+EMPTY_SLEEP_NODES = 50  # empty sleep kernels in one graph, to time what one more kernel node costs
 EP_EQUAL_BOUND = 1e-2  # rel L2 between base and candidate under EP (tiling may differ); ep = 1 must be exact
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
 
 
 @dataclass(frozen=True)
@@ -135,7 +146,9 @@ class CaseRunner:
             expert_map=self.view.expert_map,
         )  # fmt: skip
 
-    def capture(self, module, forced_bm: int | None = None):
+    def capture(self, module, forced_bm: int | None = None, sleep_cycles: int | None = None):
+        """A CUDA graph of CALLS_PER_GRAPH calls of ``module``; ``sleep_cycles``: a GPU sleep of that many
+        cycles appended inside the graph (an injected slowdown, ``--inject-slowdown``)."""
         torch, mc = self.torch, self.mc
         ctx = mc.forced_block_size(module, forced_bm) if forced_bm else contextlib.nullcontext()
         with ctx:
@@ -146,6 +159,8 @@ class CaseRunner:
             with torch.cuda.graph(graph):
                 for i in range(CALLS_PER_GRAPH):
                     self.call(module, self.inputs[i % ROTATING_INPUTS])
+                if sleep_cycles is not None:
+                    torch.cuda._sleep(sleep_cycles)
         for _ in range(WARMUP_REPLAYS):
             graph.replay()
         torch.cuda.synchronize()
@@ -195,27 +210,97 @@ def block_plan(case_id: str, blocks: int) -> list[tuple[tuple[str, str], int]]:
     return plan
 
 
-def run_case(runner: CaseRunner, variants, repeats: int, blocks: int = DEFAULT_BLOCKS) -> CaseResult:
+def sleep_cycles_for(fraction: float, base_us: float, overhead_us: float, cycles_per_us: float) -> int:
+    """GPU sleep cycles to append to a graph of CALLS_PER_GRAPH calls of ``base_us`` each so that the graph
+    is ``fraction`` slower; ``overhead_us`` (per call) is what an empty sleep kernel already adds."""
+    if not (fraction > 0 and base_us > 0 and cycles_per_us > 0 and overhead_us >= 0):
+        raise UsageError(f"an injected slowdown needs fraction, base time and sleep rate > 0 (got {fraction}, "
+                         f"{base_us} us, {cycles_per_us} cycles/us)")  # fmt: skip
+    return round(max(0.0, fraction * base_us - overhead_us) * CALLS_PER_GRAPH * cycles_per_us)
+
+
+def _graph_time_us(torch, graph, replays: int = 5) -> float:
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    return stats.median(times)
+
+
+def sleep_calibration(torch) -> dict:
+    """The GPU sleep on this GPU now, timed in CUDA graphs: cycles per microsecond, and what one more
+    (empty) kernel node costs a graph. Once per run, away from the cases' own captures and their error."""
+    torch.cuda._sleep(1000)
+    torch.cuda.synchronize()
+    long, empties = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(long):
+        torch.cuda._sleep(SLEEP_CALIBRATION_CYCLES)
+    with torch.cuda.graph(empties):
+        for _ in range(EMPTY_SLEEP_NODES):
+            torch.cuda._sleep(0)
+    long.replay()
+    empties.replay()
+    torch.cuda.synchronize()
+    return {"cycles_per_us": SLEEP_CALIBRATION_CYCLES / _graph_time_us(torch, long),
+            "empty_sleep_us": _graph_time_us(torch, empties) / EMPTY_SLEEP_NODES}  # fmt: skip
+
+
+def calibrate_slowdown(runner, module, fraction: float, sleep: dict) -> dict:
+    """Per case: time the base graph (a pilot) and size the sleep appended to the candidate's graphs so that
+    they are ``fraction`` slower (the empty kernel's own cost is a floor: ``smallest_fraction``)."""
+    plain = runner.capture(module)
+    base_us = stats.median([runner.time_us(plain) for _ in range(INJECT_PILOT_ROUNDS)])
+    del plain
+    overhead_us = sleep["empty_sleep_us"] / CALLS_PER_GRAPH  # per call, as time_us reports
+    return {
+        "fraction": fraction,
+        "pilot_base_us": base_us,
+        "sleep_cycles": sleep_cycles_for(fraction, base_us, overhead_us, sleep["cycles_per_us"]),
+        "smallest_fraction": overhead_us / base_us,
+    }
+
+
+def run_case(runner: CaseRunner, variants, repeats: int, blocks: int = DEFAULT_BLOCKS, *,
+             block_size_repeats: int = BLOCK_SIZE_REPEATS, inject: float = 0.0,
+             sleep: dict | None = None) -> CaseResult:  # fmt: skip
+    """Time one case in ``blocks``; ``inject`` > 0 (an A/A run): the candidate's graphs carry a GPU sleep
+    that makes them ``inject`` slower than the base (``calibrate_slowdown``)."""
     base, cand = variants
     modules = {v.name: v.marlin_moe for v in variants}
     correctness = check_outputs_agree(runner, base.marlin_moe, cand.marlin_moe)
     picks = {v.name: picked_block_size(runner, v.marlin_moe) for v in variants}
+    sleep_of: dict[str, int | None] = {"base": None, "candidate": None}
+    injected = None
+    if inject:
+        if cand.marlin_moe is not base.marlin_moe or sleep is None:
+            raise UsageError("an injected slowdown is timed in an A/A run (--aa), with the GPU's sleep calibration")
+        injected = calibrate_slowdown(runner, base.marlin_moe, inject, sleep)
+        sleep_of["candidate"] = injected["sleep_cycles"]
     samples: dict[str, list[float]] = {"base": [], "candidate": []}
     block_of: dict[str, list[int]] = {"base": [], "candidate": []}
     rounds = max(1, repeats // blocks)
     for b, (order, pad_bytes) in enumerate(block_plan(runner.case.id, blocks)):
         pad = runner.start_block(b, pad_bytes)
-        graphs = {name: runner.capture(modules[name]) for name in order}  # fresh captures, in this block's order
+        # fresh captures, in this block's order
+        graphs = {name: runner.capture(modules[name], sleep_cycles=sleep_of[name]) for name in order}
         for name in stats.interleaved_order(rounds, order):  # A B, B A, ...: sample i of each build is a pair
             samples[name].append(runner.time_us(graphs[name]))
             block_of[name].append(b)
         del graphs, pad
     per_bm: dict[str, list[float]] = {}
-    bm_graphs = {bm: runner.capture(base.marlin_moe, forced_bm=bm) for bm in BLOCK_SIZES_M}
-    for _ in range(BLOCK_SIZE_REPEATS):
-        for bm, g in bm_graphs.items():
-            per_bm.setdefault(str(bm), []).append(runner.time_us(g))
-    del bm_graphs
+    if block_size_repeats > 0:
+        bm_graphs = {bm: runner.capture(base.marlin_moe, forced_bm=bm) for bm in BLOCK_SIZES_M}
+        for _ in range(block_size_repeats):
+            for bm, g in bm_graphs.items():
+                per_bm.setdefault(str(bm), []).append(runner.time_us(g))
+        del bm_graphs
+    extra = {"block_sizes_us": per_bm, "correctness": correctness, "blocks": block_of}
+    if injected:
+        extra["injected"] = injected
     c = runner.case
     return CaseResult(
         id=c.id,
@@ -236,7 +321,7 @@ def run_case(runner: CaseRunner, variants, repeats: int, blocks: int = DEFAULT_B
             "dtype": c.dtype,
             "block_size_m": picks,
         },
-        extra={"block_sizes_us": per_bm, "correctness": correctness, "blocks": block_of},
+        extra=extra,
     )
 
 
@@ -245,7 +330,12 @@ IDENTITY_KEYS = ("shape", "hidden", "intermediate", "global_experts", "local_exp
 
 
 def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bool = False,
-              case_filter: str | None = None, blocks: int = DEFAULT_BLOCKS) -> BenchResults:  # fmt: skip
+              case_filter: str | None = None, blocks: int = DEFAULT_BLOCKS,
+              block_size_repeats: int = BLOCK_SIZE_REPEATS, inject: float = 0.0, log=_print,
+              ) -> BenchResults:  # fmt: skip
+    """Time ``cases``; ``inject`` > 0 needs ``aa`` (the candidate is the base plus a calibrated sleep)."""
+    if inject and not aa:
+        raise UsageError("--inject-slowdown is an A/A run with a slowed candidate: pass --aa too")
     import torch
 
     from ci import moe_case as mc
@@ -255,6 +345,7 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
     variants = load_variants(trees)
     if aa:  # A/A: the base build against itself, to see the noise the gate must tolerate
         variants = (variants[0], Variant("candidate", variants[0].marlin_moe))
+    sleep = sleep_calibration(torch) if inject else None
     started, results, weights_key, experts, failed = time.time(), [], None, None, {}
     for i, case in enumerate(cases, 1):
         key = (case.shape_name, case.ep)
@@ -265,18 +356,18 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
             local = mc.rank_view(case.experts, case.ep, 0).local_ids.numel()
             experts = mc.random_packed_experts(shape, torch.bfloat16, local_experts=local, seed=7)
         try:
-            result = run_case(CaseRunner(case, experts), variants, repeats, blocks)
+            result = run_case(CaseRunner(case, experts), variants, repeats, blocks,
+                              block_size_repeats=block_size_repeats, inject=inject, sleep=sleep)  # fmt: skip
         except WrongResultsError as exc:  # the other cases still run; the gate FAILs this one
             failed[case.id] = str(exc)
-            print(f"bench [{i}/{len(cases)}] {case.id}: NOT TIMED: {exc}", flush=True)
+            log(f"bench [{i}/{len(cases)}] {case.id}: NOT TIMED: {exc}")
             continue
         results.append(result)
         med = {k: stats.median(v) for k, v in result.samples.items()}
         bm = result.info["block_size_m"]
-        print(
+        log(
             f"bench [{i}/{len(cases)}] {case.id}: base {med['base']:.1f} us, candidate {med['candidate']:.1f} us "
-            f"(block_size_m {bm['base']} -> {bm['candidate']}), {time.time() - started:.0f} s",
-            flush=True,
+            f"(block_size_m {bm['base']} -> {bm['candidate']}), {time.time() - started:.0f} s"
         )
     return BenchResults(
         kind="kernel-bench",
@@ -286,14 +377,16 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
             "repeats": repeats,
             "blocks": blocks,
             "rounds_per_block": max(1, repeats // blocks),
-            "block_size_repeats": BLOCK_SIZE_REPEATS,
+            "block_size_repeats": block_size_repeats,
             "calls_per_graph": CALLS_PER_GRAPH,
             "rotating_inputs": ROTATING_INPUTS,
             "warmup_replays": WARMUP_REPLAYS,
             "timer": "CUDA events around a CUDA-graph replay",
             "wall_time_s": round(time.time() - started, 1),
             "aa": aa,
-            "candidate": "base (A/A run)" if aa else "candidate tree",
+            "candidate": _candidate_label(aa, inject),
+            "inject_slowdown": inject,
+            "sleep_calibration": sleep,
             "expected_cases": [c.id for c in cases],
             "complete": True,
             "case_filter": case_filter,
@@ -302,6 +395,28 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
         },
         cases=results,
     )
+
+
+def _candidate_label(aa: bool, inject: float) -> str:
+    if inject:
+        return f"base + a GPU sleep of {inject:.1%} (injected slowdown, A/A run)"
+    return "base (A/A run)" if aa else "candidate tree"
+
+
+def check_plan(blocks: int, repeats: int, block_size_repeats: int = BLOCK_SIZE_REPEATS, inject: float = 0.0,
+               aa: bool = False) -> None:  # fmt: skip
+    """The bench's numeric options, checked before anything is loaded (usage errors, exit 2)."""
+    if blocks < MIN_BLOCKS or repeats < blocks:
+        raise UsageError(
+            f"--blocks {blocks} --repeats {repeats}: a 95% interval over blocks needs at least "
+            f"{MIN_BLOCKS} blocks, and each block at least one round (defaults {DEFAULT_BLOCKS} and {DEFAULT_REPEATS})"
+        )
+    if block_size_repeats < 0:
+        raise UsageError(f"--block-size-repeats {block_size_repeats}: 0 (no sweep) or more")
+    if not (0 <= inject <= 0.5):
+        raise UsageError(f"--inject-slowdown {inject}: a fraction between 0 and 0.5, e.g. 0.035 for +3.5%")
+    if inject and not aa:
+        raise UsageError("--inject-slowdown is an A/A run with a slowed candidate: pass --aa too")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -315,12 +430,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="results file to write")
     parser.add_argument("--allow-busy", action="store_true", help="time even if another process uses the GPU")
     parser.add_argument("--aa", action="store_true", help="A/A run: time the base build against itself")
+    parser.add_argument("--inject-slowdown", type=float, default=0.0, metavar="F",
+                        help="with --aa: slow the candidate by F (0.035: +3.5%%), a calibrated GPU sleep")  # fmt: skip
+    parser.add_argument("--block-size-repeats", type=int, default=BLOCK_SIZE_REPEATS,
+                        help="timings per forced block size (regret columns); 0: no sweep (%(default)s)")  # fmt: skip
     args = parser.parse_args(argv)
-    if args.blocks < MIN_BLOCKS or args.repeats < args.blocks:
-        raise UsageError(
-            f"--blocks {args.blocks} --repeats {args.repeats}: a 95% interval over blocks needs at least "
-            f"{MIN_BLOCKS} blocks, and each block at least one round (defaults {DEFAULT_BLOCKS} and {DEFAULT_REPEATS})"
-        )
+    check_plan(args.blocks, args.repeats, args.block_size_repeats, args.inject_slowdown, args.aa)
     cases = suite_cases(args.suite, args.cases)
     trees = load_trees(args.manifest)
     gpus = gpu.require_gpus()
@@ -328,7 +443,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if busy and not args.allow_busy:
         raise GPUBusyError(f"the GPU is busy: {busy[0]}; wait for it, or pass --allow-busy (timings will be noisy)")
     results = run_suite(trees, cases, args.repeats, args.suite, aa=args.aa, case_filter=args.cases,
-                        blocks=args.blocks)  # fmt: skip
+                        blocks=args.blocks, block_size_repeats=args.block_size_repeats,
+                        inject=args.inject_slowdown)  # fmt: skip
     results.save(args.out)
     print(f"bench: {len(results.cases)} cases written to {args.out}")
     failed = results.settings["failed_cases"]

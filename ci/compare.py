@@ -178,14 +178,29 @@ def compare_baseline(
         if ref_blocks is not None and got_blocks is not None:  # captures against captures
             effect = replace(stats.unpaired_effect(ref_blocks, got_blocks, confidence),
                              method=stats.METHOD_BLOCKED_UNPAIRED, n_base=len(ref), n_candidate=len(got))  # fmt: skip
-            verdicts.append(_judge(case, ref, got, effect, threshold))
-            continue
-        verdict = _judge(case, ref, got, stats.unpaired_effect(ref, got, confidence), threshold)
-        if (ref_blocks is None) != (got_blocks is None):
-            verdict.notes.append("one side was timed in a single capture: the interval leaves the capture error out")
+            verdict = _judge(case, ref, got, effect, threshold)
+        else:
+            verdict = _judge(case, ref, got, stats.unpaired_effect(ref, got, confidence), threshold)
+            if (ref_blocks is None) != (got_blocks is None):
+                verdict.notes.append("one side was timed in one capture: the interval leaves the capture error out")
+        _baseline_picks(verdict, stored, case, side)
         verdicts.append(verdict)
     problems = evidence.baseline_problems(results, baseline, side)
     return _report("baseline", f"{side} build in {where}", results, verdicts, threshold, confidence, problems)
+
+
+def _baseline_picks(verdict: CaseVerdict, stored: CaseResult, case: CaseResult, side: str) -> None:
+    """Baseline mode compares ``side`` with ``side``: its pick in the baseline beside its pick now (not
+    this run's base and candidate, which were not compared), and only ``side``'s regret."""
+    then, now = (c.info.get("block_size_m") for c in (stored, case))
+    then = then.get(side) if isinstance(then, dict) else None
+    now = now.get(side) if isinstance(now, dict) else None
+    verdict.block_size_m = None if then is None and now is None else {"baseline": then, "this run": now}
+    if verdict.regret:
+        verdict.regret = {k: v for k, v in verdict.regret.items() if k in ("best_block_size_m", side)}
+    if then is not None and now is not None and then != now:
+        verdict.notes.append(f"the {side} build picked block_size_m {then} in the baseline and {now} now: "
+                             "different kernels were timed")  # fmt: skip
 
 
 def _failed(results: BenchResults) -> list[CaseVerdict]:

@@ -37,7 +37,10 @@ def _picks(c) -> str:
     bm = c.block_size_m or {}
     if not bm:
         return "-"
-    return f"{bm.get('base', '?')} -> {bm.get('candidate', '?')}" if len(bm) > 1 else str(next(iter(bm.values())))
+    if len(bm) == 1:
+        return str(next(iter(bm.values())))
+    keys = ("base", "candidate") if "base" in bm or "candidate" in bm else tuple(bm)
+    return " -> ".join("?" if bm.get(k) is None else str(bm[k]) for k in keys)
 
 
 def _regret(c) -> str:
@@ -51,13 +54,14 @@ def _regret(c) -> str:
 def markdown(gate) -> str:
     """The verdict table: one row a case, then the method and units."""
     pct = f"{gate.threshold:.0%}"
+    picks = "base -> candidate" if gate.mode == "ab" else "baseline -> this run"
     lines = [
         f"### EP-Marlin gate ({gate.kind}, suite `{gate.suite}`): {gate.overall.value}",
         "",
         f"Compared with the {gate.reference}; FAIL when the whole {gate.confidence:.0%} interval of the ratio "
         f"lies above 1 + {pct}, INCONCLUSIVE when it straddles it.",
         "",
-        "| case | reference | measured | ratio | CI | verdict | block_size_m | regret vs best block size |",
+        f"| case | reference | measured | ratio | CI | verdict | block_size_m ({picks}) | regret vs best block size |",
         "|---|---:|---:|---:|---|---|---|---|",
     ]
     for c in gate.cases:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from ci import bench, stats
+from ci.errors import UsageError
 
 
 def test_interleaved_order_alternates_which_build_goes_first():
@@ -27,7 +30,8 @@ class FakeRunner:
         self.events.append(("block", block, pad_bytes))
         return object()
 
-    def capture(self, module, forced_bm=None):
+    def capture(self, module, forced_bm=None, sleep_cycles=None):
+        assert sleep_cycles is None, "no slowdown is injected unless asked"
         self.events.append(("capture", module if forced_bm is None else f"bm{forced_bm}"))
         return module if forced_bm is None else f"bm{forced_bm}"
 
@@ -80,3 +84,56 @@ def test_sample_i_of_each_build_comes_from_the_same_pair(monkeypatch):
     s = result.samples
     assert sorted(s["base"] + s["candidate"]) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
     assert all(abs(b - c) in (1.0, 3.0) for b, c in zip(s["base"], s["candidate"], strict=True))
+
+
+class SleepyRunner(FakeRunner):
+    """FakeRunner whose graphs take 100 us a call, plus 0.1 us for an appended sleep kernel and its cycles."""
+
+    def capture(self, module, forced_bm=None, sleep_cycles=None):
+        self.events.append(("capture", module, sleep_cycles))
+        return (module, sleep_cycles)
+
+    def time_us(self, graph):
+        _module, cycles = graph
+        self.events.append(("time", graph))
+        return 100.0 if cycles is None else 100.0 + 0.1 + cycles / (2000.0 * bench.CALLS_PER_GRAPH)
+
+
+def test_an_injected_slowdown_sleeps_in_the_candidates_graphs_only(monkeypatch):
+    monkeypatch.setattr(bench, "check_outputs_agree", lambda *a: {"ok": True})
+    monkeypatch.setattr(bench, "picked_block_size", lambda runner, module: 8)
+    runner = SleepyRunner()
+    same = SimpleNamespace(name="base", marlin_moe="base"), SimpleNamespace(name="candidate", marlin_moe="base")
+    sleep = {"cycles_per_us": 2000.0, "empty_sleep_us": 1.0}  # per graph: 0.1 us a call
+    result = bench.run_case(runner, same, repeats=12, blocks=6, block_size_repeats=0, inject=0.035, sleep=sleep)
+    injected = result.extra["injected"]
+    assert injected["pilot_base_us"] == 100.0 and injected["smallest_fraction"] == pytest.approx(0.001)
+    assert injected["sleep_cycles"] == round((3.5 - 0.1) * bench.CALLS_PER_GRAPH * 2000)
+    ratios = [c / b for b, c in zip(result.samples["base"], result.samples["candidate"], strict=True)]
+    assert ratios == pytest.approx([1.035] * 12), "the candidate is exactly the injected fraction slower"
+    assert result.extra["block_sizes_us"] == {}, "no sweep with block_size_repeats=0"
+    timed_captures = [e for e in runner.events if e[0] == "capture"][1:]  # after the pilot capture
+    assert len(timed_captures) == 12 and {e[2] for e in timed_captures} == {None, injected["sleep_cycles"]}
+
+
+def test_an_injected_slowdown_needs_an_aa_run_and_a_sleep_rate(monkeypatch):
+    monkeypatch.setattr(bench, "check_outputs_agree", lambda *a: {"ok": True})
+    monkeypatch.setattr(bench, "picked_block_size", lambda runner, module: 8)
+    variants = (SimpleNamespace(name="base", marlin_moe="base"), SimpleNamespace(name="candidate", marlin_moe="c"))
+    with pytest.raises(UsageError, match="A/A run"):
+        bench.run_case(SleepyRunner(), variants, repeats=6, blocks=6, inject=0.02, sleep={"cycles_per_us": 1.0})
+    with pytest.raises(UsageError, match="pass --aa too"):
+        bench.check_plan(30, 90, inject=0.02, aa=False)
+    with pytest.raises(UsageError, match=r"between 0 and 0\.5"):
+        bench.check_plan(30, 90, inject=0.9, aa=True)
+    with pytest.raises(UsageError, match="block-size-repeats -1"):
+        bench.check_plan(30, 90, block_size_repeats=-1)
+    bench.check_plan(6, 6, block_size_repeats=0, inject=0.5, aa=True)
+
+
+def test_sleep_cycles_for_takes_the_empty_kernel_off_and_never_goes_negative():
+    assert bench.sleep_cycles_for(0.05, 20.0, 0.2, 1980.0) == round(0.8 * bench.CALLS_PER_GRAPH * 1980)
+    assert bench.sleep_cycles_for(0.02, 10.0, 0.5, 1980.0) == 0  # the empty kernel alone is already +5%
+    for bad in ((0, 20.0, 0.1, 1980.0), (0.02, 0.0, 0.1, 1980.0), (0.02, 20.0, -0.1, 1980.0), (0.02, 20, 0, 0)):
+        with pytest.raises(UsageError):
+            bench.sleep_cycles_for(*bad)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import baselines, compare
+from ci import baselines, compare, report
 from ci.errors import ExitCode, UsageError
 from ci.results import BenchResults, CaseResult, load_results
 
@@ -170,3 +170,20 @@ def test_h200_tpot_runs_gate_and_report_their_rounds(tmp_path):
     assert compare.main(["--results", str(aa), "--out-dir", str(tmp_path / "aa")]) == ExitCode.OK
     text = (tmp_path / "aa" / "report.md").read_text()
     assert "A/A run" in text and "| 1980 |" in text  # the A/A run recorded the SM clock of each round
+
+
+def test_baseline_mode_shows_the_baselines_pick_beside_this_runs(results_file, tmp_path):
+    bdir = tmp_path / "baselines"
+    baselines.record(results_file({"a": 1.0, "b": 1.0}), bdir)
+    now = make_results({"a": 1.0, "b": 1.0}, seed=3)
+    now.cases[1].info["block_size_m"] = {"base": 64, "candidate": 8}  # b: the candidate now picks 8
+    stored = baselines.load_baseline(now, bdir)
+    gate = compare.compare_baseline(now, stored, "candidate", 0.03, 0.95, "stored")
+    a, b = gate.cases
+    assert a.block_size_m == {"baseline": 16, "this run": 16} and set(a.regret) == {"best_block_size_m", "candidate"}
+    assert b.block_size_m == {"baseline": 16, "this run": 8}
+    assert any("picked block_size_m 16 in the baseline and 8 now" in n for n in b.notes)
+    text = report.markdown(gate)
+    assert "block_size_m (baseline -> this run)" in text and "| 16 -> 8 |" in text and "base +" not in text
+    ab = report.markdown(compare.compare_ab(now, 0.03, 0.95))
+    assert "block_size_m (base -> candidate)" in ab and "| 64 -> 8 |" in ab

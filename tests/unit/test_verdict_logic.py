@@ -540,7 +540,7 @@ def test_baseline_mode_compares_captures_with_captures():
     legacy = make_results({"a": 1.0})
     (case,) = compare.compare_baseline(run, legacy, "candidate", 0.03, 0.95, "B").cases
     assert case.effect.method == stats.METHOD_UNPAIRED
-    assert case.notes == ["one side was timed in a single capture: the interval leaves the capture error out"]
+    assert case.notes == ["one side was timed in one capture: the interval leaves the capture error out"]
 
 
 def test_blocked_verdicts_carry_their_options_and_judge_every_case():

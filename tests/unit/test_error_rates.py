@@ -1,0 +1,74 @@
+"""The error-rates stage without a GPU: its table from judged runs, and its refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from ci import error_rates, stats
+from ci.compare import compare_ab
+from ci.errors import UsageError
+from tests.unit.test_compare import make_results
+
+
+def _gate(ratios):
+    return compare_ab(make_results(ratios, n=60), stats.DEFAULT_THRESHOLD, stats.DEFAULT_CONFIDENCE)
+
+
+def test_a_run_row_counts_verdicts_and_finds_the_farthest_ratio():
+    row = error_rates.summarize("aa-1", 0.0, _gate({"a": 1.0, "b": 1.012, "c": 0.99, "d": 1.2}), 12.34)
+    assert row["verdicts"]["PASS"] == 3 and row["verdicts"]["FAIL"] == 1 and row["cases"] == 4
+    assert row["farthest_ratio"] == pytest.approx(1.2, rel=0.01) and row["overall"] == "FAIL"
+    assert row["not_pass"] == ["d"] and row["wall_time_s"] == 12.3
+    assert 0 < row["median_ci_width"] < 0.01
+
+
+def test_levels_pool_their_runs_and_give_shares():
+    rows = [error_rates.summarize(f"aa-{i}", 0.0, _gate({"a": 1.0, "b": 1.0}), 1) for i in (1, 2)]
+    rows.append(error_rates.summarize("inject-5pct", 0.05, _gate({"a": 1.05, "b": 1.05, "c": 1.0, "d": 1.05}), 1))
+    levels = error_rates.pooled(rows)
+    assert levels["aa"]["runs"] == 2 and levels["aa"]["cases"] == 4 and levels["aa"]["share"]["PASS"] == 1.0
+    assert levels["0.05"]["cases"] == 4 and levels["0.05"]["share"]["FAIL"] == 0.75
+    assert levels["0.05"]["share"]["PASS"] == 0.25
+
+
+def test_the_table_puts_the_simulation_beside_the_measurement():
+    rows = [error_rates.summarize("inject-3.5pct", 0.035, _gate({"a": 1.035, "b": 1.0}), 3)]
+    payload = {"gpu": "NVIDIA H200", "runs": rows, "pooled": error_rates.pooled(rows),
+               "settings": {"suite": "default", "blocks": 30, "repeats": 90, "threshold": 0.03},
+               "simulated": {"0.035": {"PASS": 0.0, "INCONCLUSIVE": 0.07, "FAIL": 0.93}}}  # fmt: skip
+    text = error_rates.markdown(payload)
+    assert "| +3.5% injected | 1 | 2 | 50.0% |" in text and "FAIL in at least 90%" in text
+    assert "0.0% / 7.0% / 93.0%" in text and "| inject-3.5pct | 2 |" in text
+
+
+def test_run_names():
+    assert error_rates.run_name(0.0, 2) == "aa-2" and error_rates.run_name(0.035, 1) == "inject-3.5pct"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--inject", "0.02,x"], "fractions separated by commas"),
+        (["--inject", "0.02,0.7"], r"each slowdown is a fraction in \(0, 0.5\]"),
+        (["--aa-runs", "-1"], "--aa-runs -1"),
+        (["--blocks", "3"], "at least 6 blocks"),
+        (["--cases", "nothing/*"], "matches no case"),
+    ],
+)
+def test_bad_options_are_usage_errors_before_anything_runs(tmp_path, argv, message):
+    with pytest.raises(UsageError, match=message):
+        error_rates.main(["--manifest", str(tmp_path / "m.json"), "--out", str(tmp_path / "o"), *argv])
+
+
+def test_a_folder_of_other_files_is_refused_and_left_alone(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep")
+    with pytest.raises(UsageError, match="not an error-rates folder"):
+        error_rates.main(["--manifest", str(tmp_path / "m.json"), "--out", str(out)])
+    assert (out / "notes.txt").read_text() == "keep"
+    (out / "notes.txt").unlink()
+    error_rates._check_out(out)  # empty: fine
+    (out / error_rates.SUMMARY_JSON).write_text("{}")
+    (out / "aa-1.json").write_text("{}")
+    error_rates._check_out(out)  # an earlier error-rates folder: fine

@@ -115,7 +115,19 @@ def block_medians(case: CaseResult, side: str) -> list[float] | None:
     return stats.block_medians(samples, ids) if len(set(ids)) > 1 else None
 
 
-def _judge(case: CaseResult, ref: list[float], got: list[float], effect: stats.Effect, threshold: float):
+def _jitter(case: CaseResult, side: str) -> list[float]:
+    """What the noise note looks at: the samples, or for blocked results their spread within a block (the
+    blocks differ by design: fresh inputs, addresses and captures)."""
+    samples = case.samples[side]
+    blocks = case.extra.get("blocks")
+    ids = blocks.get(side) if isinstance(blocks, dict) else None
+    if isinstance(ids, list) and len(ids) == len(samples) and len(set(ids)) > 1:
+        return stats.within_blocks(samples, ids)
+    return samples
+
+
+def _judge(case: CaseResult, ref: list[float], got: list[float], effect: stats.Effect, threshold: float,
+           jitter: Sequence[Sequence[float]] | None = None) -> CaseVerdict:  # fmt: skip
     return CaseVerdict(
         id=case.id,
         unit=case.unit,
@@ -125,7 +137,7 @@ def _judge(case: CaseResult, ref: list[float], got: list[float], effect: stats.E
         effect=effect,
         block_size_m=case.info.get("block_size_m"),
         regret=regret(case),
-        notes=_notes(ref, got),
+        notes=_notes(*(jitter if jitter is not None else (ref, got))),
     )
 
 
@@ -141,7 +153,8 @@ def compare_ab(results: BenchResults, threshold: float, confidence: float) -> Ga
             raise DataError(f"case {case.id}: the builds were timed in different blocks; re-run the bench")
         if mb is not None:  # one number per pair of captures
             effect = stats.blocked_effect(mb, mc, confidence, n_base=len(base), n_cand=len(cand))
-            verdicts.append(_judge(case, base, cand, effect, threshold))
+            jitter = (_jitter(case, "base"), _jitter(case, "candidate"))
+            verdicts.append(_judge(case, base, cand, effect, threshold, jitter))
             continue
         n = min(len(base), len(cand))  # an interrupted run can end between the two rounds of a pair
         verdict = _judge(case, base[:n], cand[:n], stats.paired_effect(base[:n], cand[:n], confidence), threshold)
@@ -176,9 +189,13 @@ def compare_baseline(
         ref, got = stored.samples[side], case.samples[side]
         ref_blocks, got_blocks = block_medians(stored, side), block_medians(case, side)
         if ref_blocks is not None and got_blocks is not None:  # captures against captures
-            effect = replace(stats.unpaired_effect(ref_blocks, got_blocks, confidence),
-                             method=stats.METHOD_BLOCKED_UNPAIRED, n_base=len(ref), n_candidate=len(got))  # fmt: skip
-            verdict = _judge(case, ref, got, effect, threshold)
+            if _same_blocks(stored, case, side):  # block b drew the same inputs in both runs: pair them
+                paired = stats.blocked_effect(ref_blocks, got_blocks, confidence, n_base=len(ref), n_cand=len(got))
+                effect = replace(paired, method=stats.METHOD_BLOCKED_BASELINE)
+            else:
+                unpaired = stats.unpaired_effect(ref_blocks, got_blocks, confidence)
+                effect = replace(unpaired, method=stats.METHOD_BLOCKED_UNPAIRED, n_base=len(ref), n_candidate=len(got))
+            verdict = _judge(case, ref, got, effect, threshold, (_jitter(stored, side), _jitter(case, side)))
         else:
             verdict = _judge(case, ref, got, stats.unpaired_effect(ref, got, confidence), threshold)
             if (ref_blocks is None) != (got_blocks is None):
@@ -187,6 +204,13 @@ def compare_baseline(
         verdicts.append(verdict)
     problems = evidence.baseline_problems(results, baseline, side)
     return _report("baseline", f"{side} build in {where}", results, verdicts, threshold, confidence, problems)
+
+
+def _same_blocks(stored: CaseResult, case: CaseResult, side: str) -> bool:
+    """Both runs timed ``side`` in the same blocks (ids 0..n-1 alike): the bench seeds block b's inputs and
+    its order and pad by case id and b, so block b of one run and block b of the other saw the same work."""
+    ids = [set(c.extra["blocks"][side]) for c in (stored, case)]
+    return ids[0] == ids[1]
 
 
 def _baseline_picks(verdict: CaseVerdict, stored: CaseResult, case: CaseResult, side: str) -> None:

@@ -90,7 +90,12 @@ def markdown(gate) -> str:
     if widths:
         lines.append(
             f"Resolution: median CI width {median(widths):.2%} of the reference "
-            f"(a change much smaller than that cannot be told from noise)."
+            f"(a change much smaller than that cannot be told from noise"
+            + (
+                "; the interval is over independent captures, so it holds their systematic error)."
+                if "blocks" in method
+                else ")."
+            )
         )
     notes = [f"- {c.id}: {n}" for c in gate.cases for n in c.notes]
     if notes:

@@ -39,6 +39,8 @@ METHOD_PAIRED = "hodges-lehmann paired log-ratio, wilcoxon signed-rank CI"
 METHOD_UNPAIRED = "hodges-lehmann log shift, mann-whitney CI"
 METHOD_BLOCKED = "hodges-lehmann over blocks (log ratio of block medians), wilcoxon signed-rank CI over blocks"
 METHOD_BLOCKED_UNPAIRED = "hodges-lehmann log shift of block medians, mann-whitney CI over blocks"
+METHOD_BLOCKED_BASELINE = ("hodges-lehmann over blocks paired by index with the baseline's (the same inputs), "
+                           "wilcoxon signed-rank CI over blocks")  # fmt: skip
 # The noise model of the simulation, measured on an H200 (vLLM 0.26.0, CUDA graphs of 20 calls):
 # per-sample CV 0.2-0.7% and rare +7% outliers.
 SIM_CV_RANGE = (0.002, 0.007)
@@ -126,6 +128,13 @@ def paired_effect(base: Sequence[float], cand: Sequence[float], confidence: floa
         raise ValueError("timings must be positive")
     d = [math.log(c / b) for b, c in zip(base, cand, strict=True)]
     return _signed_rank(d, confidence, METHOD_PAIRED, len(d), len(d))
+
+
+def within_blocks(samples: Sequence[float], blocks: Sequence[int]) -> list[float]:
+    """Each sample over its block's median: the jitter within a capture, without the differences between
+    blocks (fresh inputs and addresses each, by design)."""
+    meds = dict(zip(sorted(set(blocks)), block_medians(samples, blocks), strict=True))
+    return [x / meds[b] for x, b in zip(samples, blocks, strict=True)]
 
 
 def block_medians(samples: Sequence[float], blocks: Sequence[int]) -> list[float]:

@@ -10,7 +10,12 @@ kernel would turn the whole suite red, base-side tests included. This pytest plu
   before its next test, and xdist starts a fresh one; the next test, which never ran, is put
   back in the queue (``pytest_handlecrashitem``) and runs in the fresh worker, so it is not
   reported as crashed;
-* without xdist the later GPU tests are skipped with a reason (the run still fails on the first).
+* without xdist the later GPU tests are skipped with a reason (the run still fails on the first);
+* a worker that leaves on purpose does not count against xdist's ``--max-worker-restart`` (4 per
+  worker by default): a candidate that crashes 17 tests must not stop xdist replacing workers, which
+  on the H200 once left a test that never ran and was never reported;
+* and, whatever happens to the workers, a test that was collected but never reported fails the run
+  with its name (``never ran``): no verdict on a suite that did not run in full.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ MARKERS_ENV = "GATE_CUDA_ISOLATION_DIR"  # the controller's folder where a worke
 EXIT_CODE = 75  # a worker that leaves on purpose (EX_TEMPFAIL): the controller replaces it
 ISOLATED = "isolated"  # outcome of xdist's crash report for a worker that left on purpose: not a failure
 _broken_by: str | None = None  # this process: the test whose fatal CUDA error broke the context
+_config: pytest.Config | None = None
+_collected: list[str] = []  # the controller: test ids the workers collected
+_reported: set[str] = set()  # the controller: test ids with a result
 
 
 def _worker_id(config: pytest.Config) -> str | None:
@@ -40,8 +48,44 @@ def _worker_id(config: pytest.Config) -> str | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _config
+    _config = config
     if _worker_id(config) is None and not os.environ.get(MARKERS_ENV):
         os.environ[MARKERS_ENV] = tempfile.mkdtemp(prefix="gate-cuda-isolation-")  # workers inherit it
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    """Controller: what the workers collected (the same list for each, or xdist stops)."""
+    if not _collected:
+        _collected.extend(ids)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.outcome != ISOLATED:
+        _reported.add(report.nodeid)
+
+
+def never_ran(collected: list[str], reported: set[str]) -> list[str]:
+    """Collected test ids without any result, in collection order."""
+    return [nodeid for nodeid in collected if nodeid not in reported]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Controller: a suite that left tests unrun fails, naming them."""
+    if _worker_id(session.config) is not None or not _collected:
+        return
+    missing = never_ran(_collected, _reported)
+    if not missing:
+        return
+    reporter = session.config.pluginmanager.getplugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep("=", f"gate: {len(missing)} collected test(s) never ran", red=True)
+        for nodeid in missing:
+            reporter.write_line(f"never ran: {nodeid}")
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -94,6 +138,9 @@ def pytest_handlecrashitem(crashitem: str, report, sched) -> None:
         return  # a real crash: xdist's report stands
     broken_by = marker.read_text()
     marker.unlink()
+    dsession = _config.pluginmanager.getplugin("dsession") if _config is not None else None
+    if dsession is not None and hasattr(dsession, "_failed_nodes_count"):
+        dsession._failed_nodes_count -= 1  # xdist adds 1 right after this hook: an isolation is not a crash
     report.outcome = ISOLATED
     report.longrepr = f"worker {worker.id} left after {broken_by} broke its CUDA context; a fresh worker goes on"
     if crashitem != broken_by:  # it never ran: run it in the fresh worker

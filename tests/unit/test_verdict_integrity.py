@@ -453,6 +453,70 @@ def test_a_test_that_breaks_the_cuda_context_fails_alone(pytester, monkeypatch):
     assert result.ret == 1
 
 
+MANY_CRASHES_SUITE = """
+import os
+import pytest
+
+BROKEN = []
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_candidate_crashes_the_kernel(i):
+    BROKEN.append(os.getpid())
+    raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_base_after(i):
+    if BROKEN:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+"""
+
+
+def test_more_crashes_than_xdists_restart_limit_still_run_every_test(pytester, monkeypatch):
+    """xdist replaces at most 4 crashed workers per worker by default; on the H200, 17 isolations (-n 4,
+    limit 16) left one test never run and never reported. Isolations do not count against the limit."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.delenv("GATE_CUDA_ISOLATION_DIR", raising=False)
+    pytester.makepyfile(test_suite=MANY_CRASHES_SUITE)
+    pytester.makeconftest("pytest_plugins = ['tests.cuda_isolation']\n")
+    result = pytester.runpytest_subprocess("-n", "1", "-p", "xdist", "-rA")
+    result.assert_outcomes(passed=4, failed=6)
+    out = result.stdout.str()
+    assert "maximum crashed workers reached" not in out and "never ran" not in out
+
+
+def test_a_collected_test_without_a_result_fails_the_run_with_its_name(pytester, monkeypatch):
+    """Whatever loses a test (here xdist's restart limit, set to 0), the run fails and names it."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.delenv("GATE_CUDA_ISOLATION_DIR", raising=False)
+    pytester.makepyfile(test_suite=MANY_CRASHES_SUITE.replace("range(6)", "range(1)"))
+    pytester.makeconftest("pytest_plugins = ['tests.cuda_isolation']\n"
+                          "def pytest_configure(config):\n"
+                          "    config.pluginmanager.getplugin('tests.cuda_isolation')._config = None\n")  # fmt: skip
+    result = pytester.runpytest_subprocess("-n", "1", "-p", "xdist", "--max-worker-restart", "0")
+    out = result.stdout.str()
+    assert "collected test(s) never ran" in out and "never ran: test_suite.py::test_base_after[0]" in out
+    assert result.ret == 1
+
+
+def test_never_ran_keeps_collection_order_and_fails_an_otherwise_green_run(monkeypatch):
+    from types import SimpleNamespace
+
+    from tests import cuda_isolation
+
+    assert cuda_isolation.never_ran(["a", "b", "c", "d"], {"b", "x"}) == ["a", "c", "d"]
+    config = SimpleNamespace(pluginmanager=SimpleNamespace(getplugin=lambda name: None))
+    session = SimpleNamespace(config=config, exitstatus=pytest.ExitCode.OK)
+    monkeypatch.setattr(cuda_isolation, "_collected", ["a", "b"])
+    monkeypatch.setattr(cuda_isolation, "_reported", {"a", "b"})
+    cuda_isolation.pytest_sessionfinish(session, 0)
+    assert session.exitstatus == pytest.ExitCode.OK, "every collected test reported: the run stands"
+    monkeypatch.setattr(cuda_isolation, "_reported", {"a"})
+    cuda_isolation.pytest_sessionfinish(session, 0)
+    assert session.exitstatus == pytest.ExitCode.TESTS_FAILED
+
+
 NOXFILE_WITH_A_SLOW_STAGE = """
 import importlib.util, sys
 spec = importlib.util.spec_from_file_location("gate_noxfile", {noxfile!r})

@@ -13,7 +13,7 @@ import pytest
 
 from ci import baselines, compare, evidence, stats
 from ci.errors import DataError, ExitCode, UsageError
-from ci.results import BenchResults, load_results
+from ci.results import BenchResults, CaseResult, load_results
 from tests.unit.test_compare import GPU, make_results
 
 V = stats.Verdict
@@ -536,11 +536,36 @@ def test_too_few_blocks_is_incomplete():
 def test_baseline_mode_compares_captures_with_captures():
     stored, run = _blocked_results([1.0] * 10), _blocked_results([1.0] * 10)
     (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
-    assert case.effect.method == stats.METHOD_BLOCKED_UNPAIRED and case.effect.n_base == 30 and not case.notes
+    assert case.effect.method == stats.METHOD_BLOCKED_BASELINE and case.effect.n_base == 30 and not case.notes
+    run.cases[0].extra["blocks"]["candidate"] = [b + 10 for b in run.cases[0].extra["blocks"]["candidate"]]
+    (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
+    assert case.effect.method == stats.METHOD_BLOCKED_UNPAIRED and case.effect.n_base == 30, "other blocks: unpaired"
     legacy = make_results({"a": 1.0})
     (case,) = compare.compare_baseline(run, legacy, "candidate", 0.03, 0.95, "B").cases
     assert case.effect.method == stats.METHOD_UNPAIRED
     assert case.notes == ["one side was timed in one capture: the interval leaves the capture error out"]
+
+
+def test_baseline_mode_pairs_block_b_with_the_baselines_block_b():
+    """Block b draws the same inputs in every run (seeded by case and b): a block-to-block spread of the work
+    (here 0.8x-1.2x) cancels in the pairs, so an unchanged build passes with a narrow interval, and a +5% FAILs."""
+    spread = [0.8 + 0.4 * b / 9 for b in range(10)]
+    stored = _blocked_results([1.0] * 10)
+    for side in ("base", "candidate"):
+        ids = stored.cases[0].extra["blocks"][side]
+        stored.cases[0].samples[side] = [x * spread[b] for x, b in zip(stored.cases[0].samples[side], ids, strict=True)]
+    same, slower = _blocked_results([1.0] * 10), _blocked_results([1.05] * 10)
+    for run in (same, slower):
+        run.cases[0].samples = {k: [x * spread[b] for x, b in zip(v, run.cases[0].extra["blocks"][k], strict=True)]
+                                for k, v in run.cases[0].samples.items()}  # fmt: skip
+    (ok,) = compare.compare_baseline(same, stored, "base", 0.03, 0.95, "B").cases
+    assert ok.verdict == V.PASS and ok.effect.ci_high - ok.effect.ci_low < 0.01
+    (bad,) = compare.compare_baseline(slower, stored, "candidate", 0.03, 0.95, "B").cases
+    assert bad.verdict == V.FAIL and bad.effect.ratio == pytest.approx(1.05, abs=0.005)
+    medians = [stats.block_medians(r.cases[0].samples["base"], r.cases[0].extra["blocks"]["base"])
+               for r in (stored, same)]  # fmt: skip
+    unpaired = stats.unpaired_effect(*medians)
+    assert unpaired.ci_high - unpaired.ci_low > 0.1, "without the pairing the spread of the work hides everything"
 
 
 def test_blocked_verdicts_carry_their_options_and_judge_every_case():
@@ -573,3 +598,24 @@ def test_blocks_that_do_not_match_are_a_data_error():
     for base, cand in (([1.0, 0.0], [1.0, 1.0]), ([1.0, 1.0], [1.0, -1.0])):
         with pytest.raises(ValueError, match=r"^timings must be positive$"):
             stats.blocked_effect(base, cand)
+
+
+def test_within_blocks_takes_out_the_differences_between_blocks():
+    samples, blocks = [100.0, 102.0, 98.0, 200.0, 204.0, 196.0], [0, 0, 0, 1, 1, 1]
+    assert stats.within_blocks(samples, blocks) == pytest.approx([1.0, 1.02, 0.98, 1.0, 1.02, 0.98])
+
+
+def test_the_noise_note_of_blocked_results_looks_inside_the_blocks():
+    """Blocks differ by design (fresh inputs each): a 2x spread between blocks is no noise; within one it is."""
+    base = [100.0, 101.0, 99.0, 200.0, 202.0, 198.0] * 2
+    ids = [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    case = CaseResult(id="a", unit="us", samples={"base": base, "candidate": list(base)},
+                      extra={"blocks": {"base": ids, "candidate": ids}})  # fmt: skip
+    assert compare._notes(base) != [], "over all samples the blocks look like noise"
+    assert compare._notes(compare._jitter(case, "base")) == []
+    noisy = [100.0, 120.0, 80.0, 200.0, 240.0, 160.0] * 2
+    case.samples["candidate"] = noisy
+    assert compare._notes(compare._jitter(case, "candidate")) == ["IQR is 40% of the median: the machine was noisy"]
+    gate = compare.compare_ab(BenchResults(kind="kernel-bench", suite="s", provenance={}, settings={}, cases=[case]),
+                              0.03, 0.95)  # fmt: skip
+    assert gate.cases[0].notes == ["IQR is 40% of the median: the machine was noisy"]

@@ -4,7 +4,10 @@ Where vLLM comes from (``--vllm``): a release from the package index (the defaul
 0.25.1: its wheel is downloaded once into the cache and unpacked), or ``installed`` (the
 vLLM importable in this interpreter: offline GPU hosts). ``--vllm-src PATH`` overlays the
 Python files of a local vLLM checkout on that release; a change to CUDA sources needs a
-full build and is out of scope for that mode.
+full build and is out of scope for that mode. With ``--head-ref`` (and ``--base-ref``, default
+``origin/main``) that checkout is a git repository and the change under test is its branch: the base
+tree is the release overlaid with ``vllm/`` at the merge-base of the two refs, and the candidate adds
+``git diff base...head -- vllm/`` (``ci.refpatch``), which is the patch recorded in the manifest.
 
 A tree holds a copy of vLLM's Python files and links to everything else (the compiled
 kernels are reused from the release), so it costs seconds and little disk. The candidate
@@ -14,7 +17,8 @@ contains it (e.g. 0.26.0), so the same A/B works on newer releases.
 
 Usage::
 
-    python -m ci.build [--vllm 0.25.1|installed] [--vllm-src PATH] [--patch FILE] [--reverse]
+    python -m ci.build [--vllm 0.25.1|installed] [--vllm-src PATH [--base-ref REF] [--head-ref REF]]
+                       [--patch FILE] [--reverse]
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -45,6 +49,8 @@ DEFAULT_VLLM = "0.25.1"
 PATCHES_DIR = Path(__file__).resolve().parent / "patches"
 DEFAULT_PATCH = PATCHES_DIR / "marlin-ep-m-estimate.patch"
 GATE_DIR = Path(".gate")
+DEFAULT_BASE_REF = "origin/main"
+REFS_MARKER = ".gate-refs"  # in every folder the builder exported a ref into
 TREES_MARKER = ".gate-trees"  # in every --out folder the builder made: the only kind it will ever replace
 MANIFEST_KIND = "vllm-trees"
 MANIFEST_VERSION = 1
@@ -82,6 +88,7 @@ class TreeManifest:
     changed_files: tuple[FileChange, ...]
     ignored_patch_paths: tuple[str, ...] = ()
     overlaid_files: tuple[str, ...] = ()
+    refs: dict | None = None  # --head-ref: the refs, their commits and the files the branch changes
     tools: dict[str, str] = field(default_factory=dict)
     created_at: str = ""
     command: str = ""
@@ -277,6 +284,52 @@ class BuildOptions:
     reverse: bool = False
     out: Path | None = None
     cache: Path = GATE_DIR / "cache"
+    base_ref: str | None = None
+    head_ref: str | None = None
+    refs: dict | None = None  # filled in by the builder from base_ref/head_ref
+
+
+def _export_vllm(repo: Path, commit: str, dest: Path) -> None:
+    """``vllm/`` of ``repo`` at ``commit`` into ``dest`` (``git archive``), a folder only the builder writes."""
+    import tarfile
+
+    if dest.exists():
+        if not (dest / REFS_MARKER).is_file():
+            raise UsageError(f"{dest}: exists and was not made by the builder (no {REFS_MARKER}); move it away")
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    (dest / REFS_MARKER).write_text(f"vllm/ of {repo} at {commit}, exported by python -m ci.build\n")
+    git = shutil.which("git")
+    if git is None:
+        raise MissingDependencyError("git is not on PATH: install git")
+    cmd = [git, "-C", str(repo), "archive", "--format=tar", commit, patching.PATCHED_PREFIX]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            tar.extractall(dest, filter="data")
+        err = proc.stderr.read().decode(errors="replace")
+    if proc.returncode != 0:
+        raise UsageError(f"git archive {commit} in {repo}: {err.strip() or 'failed'}")
+
+
+def resolve_refs(opts: BuildOptions) -> BuildOptions:
+    """``--base-ref``/``--head-ref``: the branch's diff becomes the patch, its merge-base the overlay."""
+    if opts.base_ref is None and opts.head_ref is None:
+        return opts
+    if opts.vllm_src is None:
+        raise UsageError("--base-ref/--head-ref name commits of a vLLM checkout: give it with --vllm-src PATH")
+    if opts.patch != DEFAULT_PATCH or opts.reverse:
+        raise UsageError("--head-ref makes the patch from the branch: leave out --patch and --reverse")
+    from ci import refpatch
+
+    base, head = opts.base_ref or DEFAULT_BASE_REF, opts.head_ref or "HEAD"
+    text, info = refpatch.make_patch(opts.vllm_src, base, head)
+    where = GATE_DIR / "refs" / f"{info['merge_base'][:12]}-{info['head_sha'][:12]}"
+    _export_vllm(opts.vllm_src, info["merge_base"], where / "base-src")
+    patch = where / "change.patch"
+    patch.write_text(text)
+    print(f"build: {base}...{head}: base = vllm/ at merge-base {info['merge_base'][:12]}, candidate = base + "
+          f"{len(info['files'])} changed file(s) of {head} ({info['head_sha'][:12]}); patch: {patch}")  # fmt: skip
+    return replace(opts, patch=patch, vllm_src=where / "base-src", refs={**info, "repo": str(opts.vllm_src)})
 
 
 def _made_by_builder(out: Path) -> bool:
@@ -304,6 +357,7 @@ def build_trees(opts: BuildOptions, *, release: Release | None = None) -> Trees:
     Every check comes first (patch, --vllm-src, --out); the trees are built in a fresh folder
     beside ``out`` and moved into place only when the patch applied and changed something, so
     a failed build leaves the previous trees, and anything else, as they were."""
+    opts = resolve_refs(opts)
     if not opts.patch.is_file():
         raise UsageError(f"--patch {opts.patch}: no such file (the shipped one is {DEFAULT_PATCH})")
     if opts.vllm_src is not None and not (opts.vllm_src / "vllm").is_dir():
@@ -333,6 +387,12 @@ def build_trees(opts: BuildOptions, *, release: Release | None = None) -> Trees:
     return load_trees(out / "manifest.json")
 
 
+def _overlay_label(opts: BuildOptions) -> str:
+    if opts.refs:
+        return f" + Python overlay of {opts.refs['repo']} at {opts.refs['merge_base'][:12]} (merge-base)"
+    return f" + Python overlay of {opts.vllm_src}" if opts.vllm_src else ""
+
+
 def _build_into(out: Path, opts: BuildOptions, release: Release, taken: list[str], ignored: list[str]) -> Trees:
     release_tree, patched_tree = out / "release", out / "patched"
     make_base_tree(release, release_tree)
@@ -340,9 +400,10 @@ def _build_into(out: Path, opts: BuildOptions, release: Release, taken: list[str
     shutil.copytree(release_tree, patched_tree, symlinks=True)
     _materialize(patched_tree, taken)
     where = f"vLLM {release.version} ({release.source})"
-    patching.apply_patch(opts.patch, patched_tree, reverse=opts.reverse, include=["vllm/*"], where=where)
+    reverse = patching.apply_patch(opts.patch, patched_tree, reverse=opts.reverse, include=["vllm/*"], where=where,
+                                   auto_reverse=True)  # fmt: skip
     # Forward: base = release, candidate = patched. Reverse: the release holds the patch already.
-    base, candidate = (patched_tree, release_tree) if opts.reverse else (release_tree, patched_tree)
+    base, candidate = (patched_tree, release_tree) if reverse else (release_tree, patched_tree)
     base = base.rename(out / "base")
     candidate = candidate.rename(out / "candidate")
     changes = tuple(
@@ -356,15 +417,16 @@ def _build_into(out: Path, opts: BuildOptions, release: Release, taken: list[str
         )
     manifest = TreeManifest(
         vllm_version=release.version,
-        vllm_source=release.source + (f" + Python overlay of {opts.vllm_src}" if opts.vllm_src else ""),
+        vllm_source=release.source + _overlay_label(opts),
         patch_path=_display_path(opts.patch),
         patch_sha256=sha256_file(opts.patch),
-        reverse=opts.reverse,
+        reverse=reverse,
         base="base",
         candidate="candidate",
         changed_files=changes,
         ignored_patch_paths=tuple(ignored),
         overlaid_files=tuple(overlaid),
+        refs=opts.refs,
         tools=_tool_versions(),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         command=command_line(),
@@ -401,6 +463,8 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vllm-src", type=Path, help="a vLLM checkout whose Python files overlay the release")
     parser.add_argument("--patch", type=Path, default=DEFAULT_PATCH, help="the patch under test")
     parser.add_argument("--reverse", action="store_true", help="the release contains the patch: remove it for base")
+    parser.add_argument("--base-ref", help=f"with --vllm-src: the ref a branch is compared with ({DEFAULT_BASE_REF})")
+    parser.add_argument("--head-ref", help="with --vllm-src: the branch or commit under test (HEAD)")
 
 
 def options_from(args: argparse.Namespace, **extra: object) -> BuildOptions:
@@ -409,6 +473,8 @@ def options_from(args: argparse.Namespace, **extra: object) -> BuildOptions:
         vllm_src=args.vllm_src,
         patch=args.patch,
         reverse=args.reverse,
+        base_ref=args.base_ref,
+        head_ref=args.head_ref,
         **extra,  # type: ignore[arg-type]
     )
 

@@ -147,8 +147,11 @@ def _explain(stderr: str, files: tuple[FilePatch, ...], *, reverse: bool) -> str
     return stderr.strip() or "git apply refused it"
 
 
-def apply_patch(patch: Path, tree: Path, *, reverse: bool, include: list[str], where: str) -> None:
-    """Check the whole patch against ``tree``, then apply it; on any mismatch change nothing."""
+def apply_patch(patch: Path, tree: Path, *, reverse: bool, include: list[str], where: str,
+                auto_reverse: bool = False) -> bool:  # fmt: skip
+    """Check the whole patch against ``tree``, then apply it; on any mismatch change nothing. With
+    ``auto_reverse``, a patch that does not apply forward but reverse-applies (the release already holds
+    it) is removed instead, with a line saying so. Returns whether it was reverse-applied."""
     files = parse_patch(patch.read_text(), source=str(patch))
     direction = ["-R"] if reverse else []
     includes = [f"--include={p}" for p in include]
@@ -156,6 +159,10 @@ def apply_patch(patch: Path, tree: Path, *, reverse: bool, include: list[str], w
     if check.returncode != 0:
         what = _explain(check.stderr, files, reverse=reverse)
         other = _git(tree, "apply", "--check", *([] if reverse else ["-R"]), *includes, str(patch.resolve()))
+        if other.returncode == 0 and auto_reverse and not reverse:
+            print(f"build: {patch} does not apply to {where} but reverse-applies: this vLLM already contains it, "
+                  "so the base is built by removing it (as --reverse)", flush=True)  # fmt: skip
+            return apply_patch(patch, tree, reverse=True, include=include, where=where)
         if other.returncode == 0:
             hint = (
                 "it is not in this vLLM: drop --reverse"
@@ -169,3 +176,4 @@ def apply_patch(patch: Path, tree: Path, *, reverse: bool, include: list[str], w
     done = _git(tree, "apply", *direction, *includes, str(patch.resolve()))
     if done.returncode != 0:  # pragma: no cover - git checked it a moment ago
         raise PatchError(f"{patch}: git apply failed after a clean check: {done.stderr.strip()}")
+    return reverse

@@ -1,6 +1,7 @@
 """The options every nox session takes after ``--`` (stdlib only: the noxfile imports it).
 
-``--vllm``, ``--vllm-src``, ``--patch`` and ``--reverse`` choose the vLLM under test;
+``--vllm``, ``--vllm-src`` (with ``--base-ref``/``--head-ref``), ``--patch`` and ``--reverse`` choose the
+vLLM under test;
 ``--out`` the output folder; everything else is passed through to the tool the session
 runs (pytest, the benchmark, ...).
 """
@@ -32,6 +33,8 @@ def parse_session_args(posargs: Sequence[str]) -> SessionArgs:
     parser.add_argument("--vllm-src")
     parser.add_argument("--patch")
     parser.add_argument("--reverse", action="store_true")
+    parser.add_argument("--base-ref")
+    parser.add_argument("--head-ref")
     parser.add_argument("--out")
     known, rest = parser.parse_known_args(list(posargs))
     build_argv = ["--vllm", known.vllm]
@@ -41,4 +44,7 @@ def parse_session_args(posargs: Sequence[str]) -> SessionArgs:
         build_argv += ["--patch", known.patch]
     if known.reverse:
         build_argv.append("--reverse")
+    for flag, value in (("--base-ref", known.base_ref), ("--head-ref", known.head_ref)):
+        if value:
+            build_argv += [flag, value]
     return SessionArgs(vllm=known.vllm, build_argv=tuple(build_argv), out=known.out, rest=tuple(rest))

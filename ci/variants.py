@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ci.build import Trees
-from ci.errors import DataError, UsageError
+from ci.errors import DataError, MissingDependencyError, UsageError
 
 ENTRY_MODULE = "vllm.model_executor.layers.fused_moe.experts.marlin_moe"
 
@@ -102,9 +102,33 @@ class Variant:
         return self.marlin_moe.fused_marlin_moe
 
 
+# import name -> the package that provides it, where they differ (for the message below)
+PACKAGE_OF = {"cpuinfo": "py-cpuinfo", "yaml": "pyyaml", "zmq": "pyzmq", "PIL": "pillow",
+              "cv2": "opencv-python-headless", "google": "protobuf", "sklearn": "scikit-learn", "jwt": "pyjwt",
+              "dateutil": "python-dateutil"}  # fmt: skip
+
+
+def missing_module_message(module: str, version: str, tree: Path) -> str:
+    """One clear line for a dependency the vLLM under test imports and this environment lacks."""
+    top = module.split(".")[0]
+    package = PACKAGE_OF.get(top, top.replace("_", "-"))
+    return (
+        f"vLLM {version} (the trees in {tree.parent}) imports {module!r}, which this environment does not have "
+        f"(package {package!r}): the environment was made for another vLLM release. Install what vLLM {version} "
+        f"requires (`pip install {package}` for this one; the full list is the Requires-Dist of its wheel), or "
+        "test the release this environment was made for (requirements/cpu-tier.txt is the CPU tier's)"
+    )
+
+
 def check_base_importable(trees: Trees) -> ModuleType:
-    """Import the entry module and check it comes from the base tree, not some other vLLM."""
-    module = importlib.import_module(ENTRY_MODULE)
+    """Import the entry module and check it comes from the base tree, not some other vLLM. A dependency
+    vLLM imports that is not installed is one :class:`MissingDependencyError` naming it and the fix."""
+    try:
+        module = importlib.import_module(ENTRY_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name == "vllm" or exc.name.startswith("vllm."):
+            raise
+        raise MissingDependencyError(missing_module_message(exc.name, trees.manifest.vllm_version, trees.base)) from exc
     if not Path(module.__file__).resolve().is_relative_to(trees.base.resolve()):
         raise DataError(
             f"vLLM was imported from {module.__file__}, not from the base tree {trees.base}: "

@@ -54,6 +54,14 @@ def pytest_configure(config: pytest.Config) -> None:
         trees = load_trees(Path(manifest))
         put_base_first(trees)
         config.stash[TREES_KEY] = trees
+        if not hasattr(config, "workerinput"):  # once, in the controller: one clear error, not one per test
+            from ci.errors import MissingDependencyError
+            from ci.variants import check_base_importable
+
+            try:
+                check_base_importable(trees)
+            except MissingDependencyError as exc:
+                pytest.exit(f"gate: {exc}", returncode=int(exc.exit_code))
     if config.getoption("--require-gpu"):
         from ci.gpu import pin_xdist_worker
 

@@ -79,10 +79,19 @@ def test_non_applying_patch_names_file_and_hunk_and_leaves_nothing(tmp_path, pat
     assert not out.exists(), "a failed build must leave no half-built trees"
 
 
-def test_already_applied_patch_suggests_reverse(tmp_path, patch_file):
+def test_a_patch_the_release_already_holds_is_reversed_with_a_line(tmp_path, patch_file, capsys):
+    """0.26.0 ships #48144: without --reverse the builder notices (forward fails, reverse applies)."""
     release = make_release(tmp_path / "rel", text=AFTER)
-    with pytest.raises(PatchError, match="--reverse"):
-        build.build_trees(build.BuildOptions(patch=patch_file, out=tmp_path / "out"), release=release)
+    trees = build.build_trees(build.BuildOptions(patch=patch_file, out=tmp_path / "out"), release=release)
+    assert "already contains it, so the base is built by removing it (as --reverse)" in capsys.readouterr().out
+    assert trees.manifest.reverse is True
+    assert (trees.base / MOD).read_text() == BEFORE and (trees.candidate / MOD).read_text() == AFTER
+
+
+def test_reverse_of_a_patch_the_release_lacks_says_drop_reverse(tmp_path, patch_file):
+    release = make_release(tmp_path / "rel", text=BEFORE)
+    with pytest.raises(PatchError, match="drop --reverse"):
+        build.build_trees(build.BuildOptions(patch=patch_file, out=tmp_path / "out", reverse=True), release=release)
 
 
 def test_missing_file_is_named(tmp_path):
@@ -178,3 +187,41 @@ def test_slug_names_the_build():
     name = build.tree_slug("0.26.0", Path("x/marlin.patch"), reverse=True, src=False)
     assert name == "vllm-0.26.0-marlin-reverse"
     assert build.tree_slug("0.25.1", Path("p.patch"), reverse=False, src=True) == "vllm-0.25.1-src-p"
+
+
+def test_a_dependency_the_release_imports_is_one_clear_error(tmp_path, monkeypatch):
+    """vLLM 0.33.0 on 0.25.1's environment: `No module named 'pybase64'` in every test before; now one line
+    naming the module, its package, the release and the fix, with the environment error's exit code."""
+    import subprocess
+    import sys
+
+    release = make_release(tmp_path / "rel", version="0.33.0")
+    entry = release.root / "vllm/model_executor/layers/fused_moe/experts/marlin_moe.py"
+    entry.parent.mkdir(parents=True)
+    for pkg in ("model_executor", "model_executor/layers", "model_executor/layers/fused_moe",
+                "model_executor/layers/fused_moe/experts"):  # fmt: skip
+        (release.root / "vllm" / pkg / "__init__.py").write_text("")
+    entry.write_text("import cpuinfo_not_installed_here\n")
+    patch = tmp_path / "p.patch"
+    patch.write_text(_diff(MOD, BEFORE, AFTER))
+    trees = build.build_trees(build.BuildOptions(patch=patch, out=tmp_path / "trees"), release=release)
+    code = (
+        "import sys; from ci.build import load_trees; from ci.variants import put_base_first, check_base_importable\n"
+        f"t = load_trees(__import__('pathlib').Path({str(trees.manifest_path)!r})); put_base_first(t)\n"
+        "from ci.cli import run_main\nsys.exit(run_main(lambda argv: check_base_importable(t) and 0, []))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(build.__file__).parents[1]
+    )
+    assert done.returncode == 9, done.stderr
+    err = done.stdout + done.stderr
+    assert (
+        "vLLM 0.33.0" in err
+        and "'cpuinfo_not_installed_here'" in err
+        and "pip install cpuinfo-not-installed-here" in err
+    )
+    assert "Traceback" not in err
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gate-manifest",
+                            str(trees.manifest_path), "tests/unit/test_spec.py"], capture_output=True, text=True,
+                           cwd=Path(build.__file__).parents[1])  # fmt: skip
+    assert tests.returncode == 9 and tests.stderr.count("imports 'cpuinfo_not_installed_here'") == 1, tests.stderr

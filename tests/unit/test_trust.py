@@ -12,7 +12,7 @@ import pytest
 
 from ci import build, jobsummary, refpatch, trust
 from ci.cli import run_main
-from ci.errors import ExitCode, PatchError, UntrustedError
+from ci.errors import ExitCode, PatchError, UntrustedError, UsageError
 
 REVIEWED = "a" * 40
 PUSHED = "b" * 40
@@ -174,3 +174,48 @@ def test_branch_changing_compiled_sources_or_nothing_is_refused(fork, tmp_path):
     with pytest.raises(PatchError, match="changes nothing under vllm/"):
         refpatch.make_patch(fork, "main", "docs-only")
     assert run_main(refpatch.main, ["--repo", str(fork), "--base", "main", "--head", "nope", "--out", "x"]) == 2
+
+
+def test_build_from_refs_overlays_the_merge_base_and_records_the_branch(fork, tmp_path, monkeypatch):
+    """`--vllm-src FORK --base-ref main --head-ref feature`: base = release + vllm/ at the merge-base,
+    candidate = base + the branch's diff; the manifest names both refs and the patch made from them."""
+    monkeypatch.chdir(tmp_path)  # the builder's own folder (.gate/refs) goes here
+    (fork / "vllm" / "layers" / "mod.py").write_text("def pick(m):\n    return m  # main, uncommitted\n")
+    release = build.Release(version="9.9.9", root=tmp_path / "rel", source="t")
+    (release.root / "vllm" / "layers").mkdir(parents=True)
+    (release.root / "vllm" / "__init__.py").write_text("")
+    (release.root / "vllm" / "layers" / "mod.py").write_text("def pick(m):\n    return m + 0  # release\n")
+    opts = build.BuildOptions(vllm_src=fork, base_ref="main", head_ref="feature", out=tmp_path / "trees")
+    trees = build.build_trees(opts, release=release)
+    assert (trees.base / "vllm/layers/mod.py").read_text() == "def pick(m):\n    return m\n", "the merge-base's file"
+    assert (trees.candidate / "vllm/layers/mod.py").read_text() == "def pick(m):\n    return m // 2\n"
+    refs = trees.manifest.refs
+    assert refs["head_sha"] == _git(fork, "rev-parse", "feature").strip() and refs["base"] == "main"
+    assert refs["files"] == ["vllm/layers/mod.py"] and refs["left_out"] == ["tests/test_mod.py"]
+    assert trees.manifest.patch_path.endswith("change.patch") and "merge-base" in trees.manifest.vllm_source
+    assert build.load_trees(trees.manifest_path).manifest.refs == refs
+    assert (fork / "vllm" / "layers" / "mod.py").read_text().endswith("uncommitted\n"), "the checkout is untouched"
+    again = build.build_trees(opts, release=release)  # the exported folder is the builder's: rebuilt in place
+    assert again.manifest.refs == refs
+
+
+def test_refs_need_a_checkout_and_make_their_own_patch(fork, tmp_path):
+    with pytest.raises(UsageError, match="give it with --vllm-src"):
+        build.build_trees(build.BuildOptions(head_ref="feature"))
+    with pytest.raises(UsageError, match="leave out --patch and --reverse"):
+        build.build_trees(build.BuildOptions(vllm_src=fork, head_ref="feature", reverse=True))
+    foreign = tmp_path / "not-mine"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("keep")
+    with pytest.raises(UsageError, match="was not made by the builder"):
+        build._export_vllm(fork, "main", foreign)
+    assert (foreign / "keep.txt").read_text() == "keep"
+
+
+def test_session_args_pass_the_refs_to_the_builder():
+    from ci.sessionargs import parse_session_args
+
+    args = parse_session_args(["--vllm-src", "fork", "--base-ref", "origin/main", "--head-ref", "HEAD", "-k", "x"])
+    assert args.build_argv == ("--vllm", "0.25.1", "--vllm-src", "fork", "--base-ref", "origin/main",
+                               "--head-ref", "HEAD")  # fmt: skip
+    assert args.rest == ("-k", "x")

@@ -619,3 +619,43 @@ def test_the_noise_note_of_blocked_results_looks_inside_the_blocks():
     gate = compare.compare_ab(BenchResults(kind="kernel-bench", suite="s", provenance={}, settings={}, cases=[case]),
                               0.03, 0.95)  # fmt: skip
     assert gate.cases[0].notes == ["IQR is 40% of the median: the machine was noisy"]
+
+
+def test_jitter_normalizes_only_well_formed_multi_block_series():
+    case = CaseResult(id="a", unit="us", samples={"base": [1.0, 2.0, 3.0, 4.0]})
+    assert compare._jitter(case, "base") == [1.0, 2.0, 3.0, 4.0], "no blocks: the samples"
+    case.extra["blocks"] = {"base": [0, 0, 0, 0]}
+    assert compare._jitter(case, "base") == [1.0, 2.0, 3.0, 4.0], "one block: the samples"
+    case.extra["blocks"] = {"base": [0, 1, 0]}
+    assert compare._jitter(case, "base") == [1.0, 2.0, 3.0, 4.0], "ids that do not fit: the samples"
+    case.extra["blocks"] = {"base": [0, 0, 1, 1]}
+    assert compare._jitter(case, "base") == pytest.approx([2 / 3, 4 / 3, 6 / 7, 8 / 7]), "two blocks: normalized"
+
+
+def test_baseline_mode_notes_look_inside_blocks_and_the_fallback_keeps_its_options():
+    stored, run = _blocked_results([1.0] * 10), _blocked_results([1.0] * 10)
+    ids = run.cases[0].extra["blocks"]["candidate"]
+    run.cases[0].samples["candidate"] = [x * (1 + 0.2 * b) for x, b in zip(run.cases[0].samples["candidate"], ids,
+                                                                         strict=True)]  # fmt: skip
+    (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
+    assert not [n for n in case.notes if "IQR" in n], "a spread between blocks is no noise"
+    run.cases[0].extra["blocks"]["candidate"] = [b + 10 for b in ids]  # other blocks: the unpaired fallback
+    (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.8, "B").cases
+    assert case.effect.method == stats.METHOD_BLOCKED_UNPAIRED and case.effect.confidence == 0.8
+    assert (case.effect.n_base, case.effect.n_candidate) == (30, 30)
+
+
+def test_baseline_picks_when_a_side_recorded_none():
+    stored, run = _blocked_results([1.0] * 10), _blocked_results([1.0] * 10)
+    (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
+    assert case.block_size_m == {"baseline": 16, "this run": 16}
+    del stored.cases[0].info["block_size_m"]
+    (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
+    assert case.block_size_m == {"baseline": None, "this run": 16} and not case.notes
+    run.cases[0].info["block_size_m"] = {}
+    stored.cases[0].info["block_size_m"] = {"candidate": 8}
+    (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
+    assert case.block_size_m == {"baseline": 8, "this run": None}
+    del stored.cases[0].info["block_size_m"]
+    (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
+    assert case.block_size_m is None

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from ci import evidence
+from ci import evidence, subjects
 from ci.cli import run_main
 from ci.errors import DataError, IncompleteEvidenceError, NoBaselineError, UsageError
 from ci.gpu import slug
@@ -38,7 +38,7 @@ def baseline_path(results: BenchResults, root: Path = DEFAULT_DIR) -> Path:
             "a baseline's file name comes from it; re-create the results with a stage of this gate"
         )
     model, count = results.gpu_key()
-    prefix = "" if results.kind == "kernel-bench" else "tpot-"
+    prefix = subjects.subject_of(results.kind).baseline_prefix
     return root / slug(model, count) / f"{prefix}{results.suite}.json"
 
 

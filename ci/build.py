@@ -126,8 +126,8 @@ def locate_installed() -> Release:
     if spec is None or spec.origin is None:
         raise MissingDependencyError(
             f"vLLM is not importable by {sys.executable}: with --vllm installed the gate tests the vLLM "
-            "already installed here. Install one (pip install vllm==0.25.1), put it on PYTHONPATH, "
-            "or pass --vllm 0.25.1 to fetch that release from the package index."
+            f"already installed here. Install one (pip install vllm=={DEFAULT_VLLM}), put it on PYTHONPATH, "
+            f"or pass --vllm {DEFAULT_VLLM} to fetch that release from the package index."
         )
     pkg = Path(spec.origin).resolve().parent
     version = _version_from_tree(pkg)

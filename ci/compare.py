@@ -4,7 +4,7 @@ Per case the statistics of :mod:`ci.stats` give a ratio with a confidence interv
 verdict (PASS / FAIL / INCONCLUSIVE / NO_BASELINE); the overall verdict is the worst. Before
 any of that, :mod:`ci.evidence` says what is missing; a run with missing evidence is
 INCOMPLETE, never PASS. The report (Markdown on stdout and in ``$GITHUB_STEP_SUMMARY``, JSON,
-PNG) comes from :mod:`ci.report`, written into ``--out-dir``: an earlier verdict there is
+PNG) comes from :mod:`ci.report`, written into ``--out`` (or ``--out-dir``): an earlier verdict there is
 removed first, and the new files replace it only once all of them are written. Exit code: PASS 0, FAIL 1,
 INCONCLUSIVE 3, NO_BASELINE 4, INCOMPLETE 10 (errors: README).
 
@@ -22,14 +22,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ci import baselines, evidence, report, stats
+from ci import baselines, evidence, report, stats, subjects
 from ci.cli import run_main
 from ci.errors import DataError, ExitCode, NoBaselineError
 from ci.jsonio import write_json
 from ci.results import BenchResults, CaseResult, load_results
 
 VERDICT_KIND = "gate-verdict"
-VERDICT_VERSION = 1
+VERDICT_VERSION = 2  # 2: a subject's per-case data under "annotations", its report cells under "cells"
 NOISY_IQR_FRACTION = 0.05  # IQR over 5% of the median: the machine was noisy
 EXIT_CODES = {
     stats.Verdict.PASS: ExitCode.OK,
@@ -49,8 +49,8 @@ class CaseVerdict:
     measured_median: float
     verdict: stats.Verdict
     effect: stats.Effect | None = None
-    block_size_m: dict | None = None
-    regret: dict | None = None
+    annotations: dict = field(default_factory=dict)  # the subject's data (ci.subjects), e.g. block-size picks
+    cells: dict[str, str] = field(default_factory=dict)  # the subject's report columns
     notes: list[str] = field(default_factory=list)
 
 
@@ -73,24 +73,15 @@ class GateReport:
         return payload
 
 
-def regret(case: CaseResult) -> dict | None:
-    """How much slower each heuristic's pick is than the best block size (from the sweep)."""
-    per_bm = case.extra.get("block_sizes_us")
-    picks = case.info.get("block_size_m")
-    if not per_bm or not picks:
-        return None
-    if not isinstance(per_bm, dict) or not isinstance(picks, dict):
-        raise DataError(f"case {case.id}: block_sizes_us and block_size_m should be objects")
-    for bm, xs in per_bm.items():
-        numbers = isinstance(xs, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
-        if not str(bm).isdigit() or not numbers or not xs or not all(math.isfinite(x) and x > 0 for x in xs):
-            raise DataError(f"case {case.id}: block_sizes_us[{bm!r}] should be a non-empty list of positive times")
-    medians = {int(bm): stats.median(xs) for bm, xs in per_bm.items()}
-    best = min(medians, key=medians.get)
-    out = {"best_block_size_m": best}
-    for side, bm in picks.items():
-        out[side] = medians[bm] / medians[best] - 1 if bm in medians else None
-    return out
+def _annotate(verdict: CaseVerdict, case: CaseResult, stored: CaseResult | None = None, side: str | None = None,
+              kind: str = "") -> CaseVerdict:  # fmt: skip
+    """Add what the case's subject (``ci.subjects``) says about it: report cells, verdict data, notes."""
+    subject = subjects.subject_of(kind)
+    if subject.annotate is not None:
+        found = subject.annotate(case, stored, side)
+        verdict.cells, verdict.annotations = found.cells, found.data
+        verdict.notes.extend(found.notes)
+    return verdict
 
 
 def _notes(*samples: Sequence[float]) -> list[str]:
@@ -135,8 +126,6 @@ def _judge(case: CaseResult, ref: list[float], got: list[float], effect: stats.E
         measured_median=stats.median(got),
         verdict=stats.decide(effect, threshold),
         effect=effect,
-        block_size_m=case.info.get("block_size_m"),
-        regret=regret(case),
         notes=_notes(*(jitter if jitter is not None else (ref, got))),
     )
 
@@ -154,13 +143,13 @@ def compare_ab(results: BenchResults, threshold: float, confidence: float) -> Ga
         if mb is not None:  # one number per pair of captures
             effect = stats.blocked_effect(mb, mc, confidence, n_base=len(base), n_cand=len(cand))
             jitter = (_jitter(case, "base"), _jitter(case, "candidate"))
-            verdicts.append(_judge(case, base, cand, effect, threshold, jitter))
+            verdicts.append(_annotate(_judge(case, base, cand, effect, threshold, jitter), case, kind=results.kind))
             continue
         n = min(len(base), len(cand))  # an interrupted run can end between the two rounds of a pair
         verdict = _judge(case, base[:n], cand[:n], stats.paired_effect(base[:n], cand[:n], confidence), threshold)
         if n < max(len(base), len(cand)):
             verdict.notes.append(f"{max(len(base), len(cand)) - n} unpaired round(s) left out of the paired test")
-        verdicts.append(verdict)
+        verdicts.append(_annotate(verdict, case, kind=results.kind))
     problems = evidence.run_problems(results)
     return _report("ab", "base build of the same run", results, verdicts, threshold, confidence, problems)
 
@@ -200,8 +189,7 @@ def compare_baseline(
             verdict = _judge(case, ref, got, stats.unpaired_effect(ref, got, confidence), threshold)
             if (ref_blocks is None) != (got_blocks is None):
                 verdict.notes.append("one side was timed in one capture: the interval leaves the capture error out")
-        _baseline_picks(verdict, stored, case, side)
-        verdicts.append(verdict)
+        verdicts.append(_annotate(verdict, case, stored, side, kind=results.kind))
     problems = evidence.baseline_problems(results, baseline, side)
     return _report("baseline", f"{side} build in {where}", results, verdicts, threshold, confidence, problems)
 
@@ -211,20 +199,6 @@ def _same_blocks(stored: CaseResult, case: CaseResult, side: str) -> bool:
     its order and pad by case id and b, so block b of one run and block b of the other saw the same work."""
     ids = [set(c.extra["blocks"][side]) for c in (stored, case)]
     return ids[0] == ids[1]
-
-
-def _baseline_picks(verdict: CaseVerdict, stored: CaseResult, case: CaseResult, side: str) -> None:
-    """Baseline mode compares ``side`` with ``side``: its pick in the baseline beside its pick now (not
-    this run's base and candidate, which were not compared), and only ``side``'s regret."""
-    then, now = (c.info.get("block_size_m") for c in (stored, case))
-    then = then.get(side) if isinstance(then, dict) else None
-    now = now.get(side) if isinstance(now, dict) else None
-    verdict.block_size_m = None if then is None and now is None else {"baseline": then, "this run": now}
-    if verdict.regret:
-        verdict.regret = {k: v for k, v in verdict.regret.items() if k in ("best_block_size_m", side)}
-    if then is not None and now is not None and then != now:
-        verdict.notes.append(f"the {side} build picked block_size_m {then} in the baseline and {now} now: "
-                             "different kernels were timed")  # fmt: skip
 
 
 def _failed(results: BenchResults) -> list[CaseVerdict]:
@@ -280,7 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--threshold", type=_fraction, default=stats.DEFAULT_THRESHOLD, help="slowdown that fails (0.03)"
     )
     parser.add_argument("--confidence", type=_fraction, default=stats.DEFAULT_CONFIDENCE, help="of the interval (0.95)")
-    parser.add_argument("--out-dir", type=Path, help="where to write verdict.json, report.md and plot.png")
+    parser.add_argument("--out", "--out-dir", dest="out_dir", type=Path,
+                        help="folder for verdict.json, report.md and plot.png (--out-dir: older name)")  # fmt: skip
     args = parser.parse_args(argv)
     out_dir = args.out_dir or args.results.parent / f"{args.results.stem}-{args.mode}"
     _clear_outputs(out_dir)  # an earlier verdict must not outlive a run that ends in an error

@@ -10,6 +10,7 @@ import math
 import os
 from pathlib import Path
 
+from ci import subjects
 from ci.stats import Verdict, median
 
 MARKS = {
@@ -33,36 +34,18 @@ def _ratio(gate_case) -> tuple[str, str]:
     return f"{e.ratio:.3f}", f"[{e.ci_low:.3f}, {hi}]"
 
 
-def _picks(c) -> str:
-    bm = c.block_size_m or {}
-    if not bm:
-        return "-"
-    if len(bm) == 1:
-        return str(next(iter(bm.values())))
-    keys = ("base", "candidate") if "base" in bm or "candidate" in bm else tuple(bm)
-    return " -> ".join("?" if bm.get(k) is None else str(bm[k]) for k in keys)
-
-
-def _regret(c) -> str:
-    r = c.regret
-    if not r:
-        return "-"
-    parts = [f"{side} {r[side]:+.0%}" for side in ("base", "candidate") if r.get(side) is not None]
-    return f"best {r['best_block_size_m']}: " + ", ".join(parts)
-
-
 def markdown(gate) -> str:
     """The verdict table: one row a case, then the method and units."""
     pct = f"{gate.threshold:.0%}"
-    picks = "base -> candidate" if gate.mode == "ab" else "baseline -> this run"
+    extra = list(subjects.subject_of(gate.kind).columns(gate.mode))
     lines = [
         f"### EP-Marlin gate ({gate.kind}, suite `{gate.suite}`): {gate.overall.value}",
         "",
         f"Compared with the {gate.reference}; FAIL when the whole {gate.confidence:.0%} interval of the ratio "
         f"lies above 1 + {pct}, INCONCLUSIVE when it straddles it.",
         "",
-        f"| case | reference | measured | ratio | CI | verdict | block_size_m ({picks}) | regret vs best block size |",
-        "|---|---:|---:|---:|---|---|---|---|",
+        "| " + " | ".join(["case", "reference", "measured", "ratio", "CI", "verdict", *extra]) + " |",
+        "|---|---:|---:|---:|---|---|" + "---|" * len(extra),
     ]
     for c in gate.cases:
         ratio, ci = _ratio(c)
@@ -73,8 +56,7 @@ def markdown(gate) -> str:
             ratio,
             ci,
             MARKS[c.verdict],
-            _picks(c),
-            _regret(c),
+            *(c.cells.get(column, "-") for column in extra),
         ]
         lines.append("| " + " | ".join(row) + " |")
     counts = {v: sum(c.verdict == v for c in gate.cases) for v in Verdict}
@@ -107,33 +89,13 @@ def markdown(gate) -> str:
 
 
 def details_markdown(results) -> str:
-    """What the verdict table leaves out: that a run is an A/A run, and for TPOT runs one row a
-    round, in the order run, with the machine's state where recorded."""
+    """What the verdict table leaves out: that a run is an A/A run, and what the subject adds (for TPOT
+    runs one row a round, in the order run, with the machine's state where recorded)."""
     lines = []
     if results.settings.get("aa"):
         lines += ["", "A/A run: both sides are the base build, so any difference above is the noise and bias of "
                   "the method on this machine (its resolution), not a change in vLLM."]  # fmt: skip
-    for case in results.cases:
-        rounds = case.extra.get("rounds") or []
-        if not rounds:
-            continue
-        lines += ["", f"Rounds of {case.id} (in the order run):", "",
-                  "| # | build | median TPOT (ms) | mean TPOT (ms) | median TTFT (ms) | output tok/s | SM clock (MHz) "
-                  "| power (W) | host load |",
-                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
-        for i, r in enumerate(rounds, 1):
-            m = r.get("machine") or {}
-
-            def first(key, m=m):
-                values = [v for v in m.get(key) or [] if v is not None]
-                return f"{values[0]:.0f}" if values else "-"
-
-            load = m.get("load_1min")
-            lines.append(
-                f"| {i} | {r['build']} | {r['median_tpot_ms']:.3f} | {r['mean_tpot_ms']:.3f} | "
-                f"{r['median_ttft_ms']:.1f} | {r['output_throughput']:.0f} | {first('sm_clock_mhz')} | "
-                f"{first('power_draw_w')} | {'-' if load is None else f'{load:.2f}'} |"
-            )
+    lines += subjects.subject_of(results.kind).details(results)
     return "\n".join(lines) + ("\n" if lines else "")
 
 
@@ -155,8 +117,8 @@ def plot(gate, results, path: Path) -> Path | None:
     except ImportError:
         return None
     cases = [c for c in gate.cases if c.effect is not None]
-    sweeps = [c for c in results.cases if c.extra.get("block_sizes_us")]
-    ncols = 2 if sweeps else 1
+    second = subjects.subject_of(results.kind).panel(results)  # the subject's own panel, if it has one
+    ncols = 2 if second else 1
     height = max(3.0, 0.22 * max(len(cases), 1) + 1.5)
     fig, axes = plt.subplots(1, ncols, figsize=(7 * ncols, height), squeeze=False)
     ax = axes[0][0]
@@ -176,30 +138,10 @@ def plot(gate, results, path: Path) -> Path | None:
     ax.invert_yaxis()
     ax.set_xlabel(f"ratio measured / reference, {gate.confidence:.0%} CI")
     ax.legend(fontsize=7)
-    if sweeps:
-        _plot_sweeps(axes[0][1], sweeps)
+    if second:
+        second(axes[0][1])
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def _plot_sweeps(ax, sweeps) -> None:
-    from ci.spec import BLOCK_SIZES_M
-
-    grid = []
-    for c in sweeps:
-        med = {int(k): median(v) for k, v in c.extra["block_sizes_us"].items()}
-        best = min(med.values())
-        grid.append([med.get(bm, math.nan) / best for bm in BLOCK_SIZES_M])
-    im = ax.imshow(grid, aspect="auto", cmap="viridis_r", vmin=1.0, vmax=2.0)
-    ax.set_xticks(range(len(BLOCK_SIZES_M)), [str(b) for b in BLOCK_SIZES_M])
-    ax.set_yticks(range(len(sweeps)), [c.id for c in sweeps], fontsize=6)
-    for row, c in enumerate(sweeps):
-        for side, marker in (("base", "o"), ("candidate", "x")):
-            bm = c.info.get("block_size_m", {}).get(side)
-            if bm in BLOCK_SIZES_M:
-                ax.scatter(BLOCK_SIZES_M.index(bm), row, marker=marker, c="red", s=14)
-    ax.set_xlabel("block_size_m (time / best; o base pick, x candidate pick)")
-    ax.figure.colorbar(im, ax=ax)

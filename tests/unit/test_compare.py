@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import baselines, compare, report
+from ci import baselines, compare, kernel_subject, report
 from ci.errors import ExitCode, UsageError
 from ci.results import BenchResults, CaseResult, load_results
 
@@ -152,7 +152,7 @@ def test_interrupted_run_uses_complete_pairs(tmp_path):
 
 def test_regret_uses_the_sweep():
     case = make_results({"a": 1.0}).cases[0]
-    r = compare.regret(case)
+    r = kernel_subject.regret(case)
     assert r["best_block_size_m"] == 16 and r["candidate"] == 0 and r["base"] == pytest.approx(0.48)
 
 
@@ -180,8 +180,9 @@ def test_baseline_mode_shows_the_baselines_pick_beside_this_runs(results_file, t
     stored = baselines.load_baseline(now, bdir)
     gate = compare.compare_baseline(now, stored, "candidate", 0.03, 0.95, "stored")
     a, b = gate.cases
-    assert a.block_size_m == {"baseline": 16, "this run": 16} and set(a.regret) == {"best_block_size_m", "candidate"}
-    assert b.block_size_m == {"baseline": 16, "this run": 8}
+    assert a.annotations["block_size_m"] == {"baseline": 16, "this run": 16}
+    assert set(a.annotations["regret"]) == {"best_block_size_m", "candidate"}
+    assert b.annotations["block_size_m"] == {"baseline": 16, "this run": 8}
     assert (
         "the candidate build picked block_size_m 16 in the baseline and 8 now: different kernels were timed" in b.notes
     )
@@ -189,3 +190,35 @@ def test_baseline_mode_shows_the_baselines_pick_beside_this_runs(results_file, t
     assert "block_size_m (baseline -> this run)" in text and "| 16 -> 8 |" in text and "base +" not in text
     ab = report.markdown(compare.compare_ab(now, 0.03, 0.95))
     assert "block_size_m (base -> candidate)" in ab and "| 64 -> 8 |" in ab
+
+
+def test_the_core_knows_no_subject():
+    """compare, report and baselines judge and show samples; block sizes, regret and TPOT rounds come from
+    the subjects (ci.kernel_subject, ci.serving_subject) through ci.subjects."""
+    import re
+
+    from ci import subjects
+
+    root = Path(compare.__file__).parent
+    for name in ("compare.py", "report.py", "baselines.py", "stats.py", "subjects.py"):
+        code = "\n".join(line for line in (root / name).read_text().splitlines() if not line.lstrip().startswith("#"))
+        code = re.sub(r'"""[\s\S]*?"""', "", code)  # docstrings may say what the subjects are
+        assert not re.search(r"block_size|regret|\"rounds\"|ci\.spec|kernel-bench|tpot-bench", code, re.I), name
+    plain = subjects.subject_of("some-other-kind")
+    assert plain.annotate is None and plain.baseline_prefix == "" and tuple(plain.columns("ab")) == ()
+    assert subjects.subject_of("tpot-bench").baseline_prefix == "tpot-"
+    assert subjects.subject_of("kernel-bench").columns("baseline")[0] == "block_size_m (baseline -> this run)"
+
+
+def test_a_tpot_table_has_no_kernel_columns():
+    results = load_results(Path(__file__).parents[2] / "reports/nvidia-h200-x1/tpot-pr-ab.json")
+    text = report.markdown(compare.compare_ab(results, 0.03, 0.95))
+    assert "| case | reference | measured | ratio | CI | verdict |\n|---|---:|---:|---:|---|---|\n" in text
+    assert "block_size_m" not in text and "Rounds of" in report.details_markdown(results)
+
+
+def test_out_is_the_folder_like_every_stage_and_out_dir_still_works(results_file, tmp_path):
+    path = results_file({"a": 1.0})
+    assert compare.main(["--results", str(path), "--out", str(tmp_path / "new")]) == ExitCode.OK
+    assert compare.main(["--results", str(path), "--out-dir", str(tmp_path / "old")]) == ExitCode.OK
+    assert (tmp_path / "new" / "verdict.json").is_file() and (tmp_path / "old" / "verdict.json").is_file()

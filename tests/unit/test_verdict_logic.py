@@ -11,7 +11,7 @@ import stat
 
 import pytest
 
-from ci import baselines, compare, evidence, stats
+from ci import baselines, compare, evidence, kernel_subject, stats
 from ci.errors import DataError, ExitCode, UsageError
 from ci.results import BenchResults, CaseResult, load_results
 from tests.unit.test_compare import GPU, make_results
@@ -57,7 +57,7 @@ def test_report_fields_name_what_was_compared(tmp_path):
     results = make_results({"a": 1.0})
     gate = compare.compare_ab(results, 0.03, 0.95)
     payload = gate.to_json()
-    assert payload["kind"] == "gate-verdict" and payload["schema_version"] == compare.VERDICT_VERSION == 1
+    assert payload["kind"] == "gate-verdict" and payload["schema_version"] == compare.VERDICT_VERSION == 2
     assert payload["results_kind"] == "kernel-bench" and payload["mode"] == "ab"
     assert payload["reference"] == "base build of the same run" and payload["suite"] == "unit"
     assert payload["provenance"] == {"gpu": GPU} and payload["problems"] == []
@@ -98,18 +98,18 @@ def test_regret_validates_the_sweep():
     for bad in ({"8": [1.0, True]}, {"8": [1.0, 0.0]}, {"x": [1.0]}, {"8": "1"}, {"8": [math.inf]}):
         case.extra["block_sizes_us"] = bad
         with pytest.raises(DataError, match=r"^case a: block_sizes_us\["):
-            compare.regret(case)
+            kernel_subject.regret(case)
     case.extra["block_sizes_us"] = [1.0]
     with pytest.raises(DataError, match=r"^case a: block_sizes_us and block_size_m should be objects$"):
-        compare.regret(case)
+        kernel_subject.regret(case)
     case.extra["block_sizes_us"] = {"8": [1.0]}
     case.info["block_size_m"] = [8]
     with pytest.raises(DataError, match="should be objects"):
-        compare.regret(case)
+        kernel_subject.regret(case)
     case.info["block_size_m"] = {}
-    assert compare.regret(case) is None  # no picks recorded: no regret, whatever the sweep
+    assert kernel_subject.regret(case) is None  # no picks recorded: no regret, whatever the sweep
     case.info["block_size_m"] = {"base": 8, "candidate": 64}  # 64 was not swept
-    assert compare.regret(case) == {"best_block_size_m": 8, "base": 0.0, "candidate": None}
+    assert kernel_subject.regret(case) == {"best_block_size_m": 8, "base": 0.0, "candidate": None}
 
 
 def test_failed_cases_are_fail_rows_without_timings():
@@ -648,14 +648,14 @@ def test_baseline_mode_notes_look_inside_blocks_and_the_fallback_keeps_its_optio
 def test_baseline_picks_when_a_side_recorded_none():
     stored, run = _blocked_results([1.0] * 10), _blocked_results([1.0] * 10)
     (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
-    assert case.block_size_m == {"baseline": 16, "this run": 16}
+    assert case.annotations["block_size_m"] == {"baseline": 16, "this run": 16}
     del stored.cases[0].info["block_size_m"]
     (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
-    assert case.block_size_m == {"baseline": None, "this run": 16} and not case.notes
+    assert case.annotations["block_size_m"] == {"baseline": None, "this run": 16} and not case.notes
     run.cases[0].info["block_size_m"] = {}
     stored.cases[0].info["block_size_m"] = {"candidate": 8}
     (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
-    assert case.block_size_m == {"baseline": 8, "this run": None}
+    assert case.annotations["block_size_m"] == {"baseline": 8, "this run": None}
     del stored.cases[0].info["block_size_m"]
     (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
-    assert case.block_size_m is None
+    assert case.annotations["block_size_m"] is None

@@ -1,0 +1,55 @@
+"""What the gate's core asks of a subject (the thing measured), so the core never names one.
+
+The core (``results``, ``stats``, ``evidence``, ``compare``, ``baselines``, ``report``) judges samples
+per case and knows nothing of block sizes, regret or TPOT. A subject, keyed by the results ``kind``
+its stage writes, adds what only it understands: extra report columns and verdict data per case
+(``annotate``), notes, Markdown under the table (``details``), a second plot panel (``panel``), and
+the file name of its baselines (``baseline_prefix``). A kind without a subject gets the plain table.
+
+Subjects: ``ci.kernel_subject`` (the Marlin MoE kernel bench: block-size picks and regret) and
+``ci.serving_subject`` (end-to-end serving: TPOT rounds).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+SUBJECT_MODULES = ("ci.kernel_subject", "ci.serving_subject")  # each registers the kinds it writes
+
+
+@dataclass
+class Annotation:
+    """A subject's additions to one case's verdict: report cells by column, data for verdict.json, notes."""
+
+    cells: dict[str, str] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Subject:
+    kind: str
+    baseline_prefix: str = ""
+    columns: Callable[[str], Sequence[str]] = lambda mode: ()  # report columns for mode "ab" / "baseline"
+    # (case, stored case or None, judged side or None) -> Annotation; stored is None in A/B mode
+    annotate: Callable[[Any, Any, str | None], Annotation] | None = None
+    details: Callable[[Any], list[str]] = lambda results: []  # Markdown lines under the table
+    panel: Callable[[Any], Callable[[Any], None] | None] = lambda results: None  # a drawer for a 2nd panel
+
+
+_REGISTRY: dict[str, Subject] = {}
+
+
+def register(subject: Subject) -> Subject:
+    _REGISTRY[subject.kind] = subject
+    return subject
+
+
+def subject_of(kind: str) -> Subject:
+    """The subject of a results kind; a plain one (no extra columns) for a kind nobody registered."""
+    for name in SUBJECT_MODULES:  # imported once; each registers itself (cached by sys.modules)
+        importlib.import_module(name)
+    return _REGISTRY.get(kind) or Subject(kind=kind)

@@ -110,6 +110,18 @@ def gpu_lock(release: str) -> Path:
     return REQUIREMENTS / f"gpu-vllm-{release}.lock"
 
 
+CPU_TIER = ROOT / "requirements" / "cpu-tier.txt"
+
+
+def _pin(requirements: Path, package: str) -> str:
+    """``package==X`` as ``requirements`` pins it (one place for each pin; torch goes first, from its index)."""
+    for line in requirements.read_text().splitlines():
+        spec = line.split("#", 1)[0].strip()
+        if spec.lower().startswith(f"{package.lower()}=="):
+            return spec
+    raise SystemExit(f"{requirements}: no {package}==X pin; add one")
+
+
 def _install_vllm_deps(session: nox.Session, args: SessionArgs, *, gpu: bool) -> bool:
     """What importing vLLM needs; vLLM itself comes from the trees that ci.build makes. For a GPU session
     with a hash lock for the release (requirements/gpu-vllm-<release>.lock: vLLM, its dependencies and
@@ -132,7 +144,7 @@ def _install_vllm_deps(session: nox.Session, args: SessionArgs, *, gpu: bool) ->
         _requirements(session, "test")
         return False
     torch_index = os.environ.get("GATE_TORCH_INDEX_URL")
-    session.install("torch==2.13.0", *(["--index-url", torch_index] if torch_index else []))
+    session.install(_pin(CPU_TIER, "torch"), *(["--index-url", torch_index] if torch_index else []))
     session.install("-r", "requirements/cpu-tier.txt")
     return False
 

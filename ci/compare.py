@@ -73,8 +73,8 @@ class GateReport:
         return payload
 
 
-def _annotate(verdict: CaseVerdict, case: CaseResult, stored: CaseResult | None = None, side: str | None = None,
-              kind: str = "") -> CaseVerdict:  # fmt: skip
+def _annotate(verdict: CaseVerdict, case: CaseResult, stored: CaseResult | None = None, side: str | None = None, *,
+              kind: str) -> CaseVerdict:  # fmt: skip
     """Add what the case's subject (``ci.subjects``) says about it: report cells, verdict data, notes."""
     subject = subjects.subject_of(kind)
     if subject.annotate is not None:

@@ -80,7 +80,8 @@ def regret_text(found: dict | None) -> str:
 
 
 def columns(mode: str) -> tuple[str, ...]:
-    return (f"{PICKS} ({'base -> candidate' if mode == 'ab' else 'baseline -> this run'})", REGRET)
+    """The two columns: A/B shows base -> candidate picks, baseline mode the judged build's then -> now."""
+    return (f"{PICKS} ({ {'ab': 'base -> candidate', 'baseline': 'baseline -> this run'}[mode] })", REGRET)
 
 
 # A picture; what it draws (the sweep, the picks) is tested through the report, so mutation testing leaves

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ci import gpu, provenance, stats
+from ci import gpu, gpu_state, procs, provenance, stats
 from ci.build import Trees, load_trees, sha256_file
 from ci.cli import run_main
 from ci.errors import DataError, MissingDependencyError, NoGPUError, ServerError, UsageError
@@ -180,7 +180,7 @@ def server_env(tree: Path) -> dict[str, str]:
 
 def served_name(build: str) -> str:
     """The model name a server of this run answers to: proves a port is held by this run's server."""
-    return f"gate-{gpu.run_id()}-{build}"
+    return f"gate-{procs.run_id()}-{build}"
 
 
 def serve_argv(tree: Path, model: Path, *, port: int, profile: Profile, dp: int, seed: int,
@@ -336,7 +336,7 @@ class Runner:
         kw = {"port": server.port, "profile": self.profile, "prompts": prompts, "out": out, "seed": self.seed,
               "name": server.served_name}  # fmt: skip
         out.unlink(missing_ok=True)  # a file left by an earlier run must not pass for this round's
-        with gpu.StateSampler() as machine:
+        with gpu_state.StateSampler() as machine:
             if self.client is not None:
                 try:
                     self.client.run(bench_args(self.model, **kw), tag)
@@ -547,7 +547,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if dp > len(gpus):
         raise NoGPUError(f"--dp {dp} needs {dp} GPUs; {len(gpus)} visible")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: servers stop
-    print(f"tpot: run tag {gpu.RUN_ID_ENV}={gpu.run_id()} (servers answer as {served_name('<build>')})", flush=True)
+    print(f"tpot: run tag {procs.RUN_ID_ENV}={procs.run_id()} (servers answer as {served_name('<build>')})", flush=True)
     results = run_tpot(trees, args.model, args.profile, dp, args.out.parent, args.server_mode, args.health_timeout,
                        save_to=args.out, client=args.bench_client, aa=args.aa, settle_s=args.settle_s)  # fmt: skip
     results.save(args.out)

@@ -63,12 +63,24 @@ def pytest_configure(config: pytest.Config) -> None:
             except MissingDependencyError as exc:
                 pytest.exit(f"gate: {exc}", returncode=int(exc.exit_code))
     if config.getoption("--require-gpu"):
-        from ci.gpu import pin_xdist_worker
-
         pin_xdist_worker()
 
 
 TREES_KEY = pytest.StashKey()
+
+
+def pin_xdist_worker() -> None:
+    """Give each pytest-xdist worker its own GPU (gw0 -> first visible GPU, gw1 -> second, ...)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return
+    from ci.gpu import query
+
+    _, gpus = query()
+    if gpus:
+        chosen = gpus[int(worker[2:]) % len(gpus)]
+        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the order NVML and nvidia-smi number GPUs in
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(chosen.index)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

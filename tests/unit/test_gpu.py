@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import gpu
+from ci import gpu, gpu_state, procs
 from ci.errors import NoGPUError
 
 
@@ -40,8 +40,8 @@ def test_state_sampler_summarises_medians(monkeypatch):
                         sm_clock_mhz=next(clocks, 1980), power_draw_w=400.0, temperature_c=40)  # fmt: skip
         return "580", [g]
 
-    monkeypatch.setattr(gpu, "query", fake_query)
-    with gpu.StateSampler(period_s=0.01) as sampler:
+    monkeypatch.setattr(gpu_state, "query", fake_query)
+    with gpu_state.StateSampler(period_s=0.01) as sampler:
         time.sleep(0.1)
     summary = sampler.summary()
     assert summary["samples"] >= 3 and summary["load_1min"] is not None
@@ -49,8 +49,8 @@ def test_state_sampler_summarises_medians(monkeypatch):
 
 
 def test_state_sampler_never_breaks_the_run(monkeypatch):
-    monkeypatch.setattr(gpu, "query", lambda: 1 / 0)
-    with gpu.StateSampler(period_s=0.01) as sampler:
+    monkeypatch.setattr(gpu_state, "query", lambda: 1 / 0)
+    with gpu_state.StateSampler(period_s=0.01) as sampler:
         time.sleep(0.05)
     assert sampler.summary()["sm_clock_mhz"] == [] and sampler.summary()["samples"] >= 1
 
@@ -61,7 +61,7 @@ def test_slug_names_the_machine():
 
 
 def _sleeper(tag: str) -> subprocess.Popen:
-    env = {**os.environ, gpu.RUN_ID_ENV: tag}
+    env = {**os.environ, procs.RUN_ID_ENV: tag}
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "vllm.entrypoints.cli.main"], env=env)
 
 
@@ -72,15 +72,15 @@ def test_leftovers_kill_only_this_runs_processes(capsys, monkeypatch):
         deadline = time.time() + 5
         while not Path(f"/proc/{mine.pid}/environ").exists() and time.time() < deadline:
             time.sleep(0.05)
-        assert [pid for pid, _ in gpu.own_leftovers("job-a-1")] == [mine.pid]
-        monkeypatch.setenv(gpu.RUN_ID_ENV, "job-a-1")
-        assert gpu.main(["leftovers", "--kill-own"]) == 0 and f"{mine.pid} (killed)" in capsys.readouterr().out
+        assert [pid for pid, _ in procs.own_leftovers("job-a-1")] == [mine.pid]
+        monkeypatch.setenv(procs.RUN_ID_ENV, "job-a-1")
+        assert procs.main(["leftovers", "--kill-own"]) == 0 and f"{mine.pid} (killed)" in capsys.readouterr().out
         deadline = time.time() + 5
         while mine.poll() is None and time.time() < deadline:
             time.sleep(0.05)
         assert mine.poll() is not None, "this run's process survived its clean-up"
         assert other.poll() is None, "the clean-up killed another job's process"
-        assert gpu.main(["leftovers", "--run-id", "job-b-1"]) == 0 and str(other.pid) in capsys.readouterr().out
+        assert procs.main(["leftovers", "--run-id", "job-b-1"]) == 0 and str(other.pid) in capsys.readouterr().out
     finally:
         mine.kill()
         other.kill()
@@ -90,8 +90,8 @@ def test_leftovers_without_a_run_tag_refuse_to_guess(monkeypatch):
     from ci.cli import run_main
     from ci.errors import ExitCode
 
-    monkeypatch.delenv(gpu.RUN_ID_ENV, raising=False)
-    assert run_main(gpu.main, ["leftovers", "--kill-own"]) == ExitCode.USAGE
+    monkeypatch.delenv(procs.RUN_ID_ENV, raising=False)
+    assert run_main(procs.main, ["leftovers", "--kill-own"]) == ExitCode.USAGE
 
 
 def test_cli_check_exits_with_no_gpu_code(monkeypatch):
@@ -104,8 +104,8 @@ def test_cli_check_exits_with_no_gpu_code(monkeypatch):
 
 def test_leftovers_spare_the_shell_that_runs_the_clean_up(tmp_path):
     """A workflow step's shell carries the job's tag too: the clean-up must not kill it (nor itself)."""
-    env = {**os.environ, gpu.RUN_ID_ENV: "job-c-1"}
-    script = "from ci import gpu; print(sorted(pid for pid, _ in gpu.own_leftovers('job-c-1')))"
+    env = {**os.environ, procs.RUN_ID_ENV: "job-c-1"}
+    script = "from ci import procs; print(sorted(pid for pid, _ in procs.own_leftovers('job-c-1')))"
     root = Path(__file__).resolve().parents[2]
     command = ["bash", "-c", f'echo "$$"; "{sys.executable}" -c "{script}"']
     done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=root, check=True)

@@ -39,6 +39,7 @@ from ci.build import load_trees
 from ci.cli import run_main
 from ci.errors import GPUBusyError, UsageError, WrongResultsError
 from ci.results import BenchResults, CaseResult
+from ci.shapes import MODELS
 from ci.spec import BLOCK_SIZES_M, NON_EP
 
 DEFAULT_REPEATS = 90  # timed rounds per build, over DEFAULT_BLOCKS captures (README: error rates)
@@ -84,13 +85,8 @@ class BenchCase:
         return NON_EP if self.ep == 1 else self.experts
 
 
-# Real model shapes, full size (the weights are random bits: no quantization cost).
-MODEL_SHAPES = {
-    "deepseek-v3": (7168, 2048, 256, 8),
-    "qwen3-30b-a3b": (2048, 768, 128, 8),
-    "mixtral-8x7b": (4096, 14336, 8, 2),
-    "gpt-oss-120b": (2944, 2944, 128, 4),  # 2880 padded to a multiple of 128, as Marlin needs
-}
+# Real model shapes, full size (ci.shapes; the weights are random bits: no quantization cost).
+MODEL_SHAPES = {name: (m.hidden, m.intermediate, m.experts, m.topk) for name, m in MODELS.items()}
 SUITES = {
     "default": {"shapes": tuple(MODEL_SHAPES), "ep": (1, 2, 4, 8), "tokens": (1, 4, 8, 16, 32, 64, 128)},
     "quick": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "ep": (1, 8), "tokens": (8, 64)},

@@ -20,17 +20,9 @@ from types import ModuleType
 
 import torch
 
+from ci.shapes import Shape
+
 MARLIN_MULTIPLE = 128  # Marlin needs K and N to be multiples of min_thread_k = 128
-
-
-@dataclass(frozen=True)
-class Shape:
-    name: str
-    hidden: int  # K
-    intermediate: int  # N (per expert, before the gate/up split)
-    experts: int  # G, global
-    topk: int
-    note: str = ""
 
 
 @dataclass(frozen=True)

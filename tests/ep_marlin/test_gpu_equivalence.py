@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from ci import moe_case as mc
+from ci.shapes import scaled
 from ci.spec import BLOCK_SIZES_M, NON_EP
 from tests.ep_marlin.conftest import SEED
 from tests.ep_marlin.reference import max_abs, reference_moe, rel_l2
@@ -36,10 +37,10 @@ CONSISTENCY_BOUND = {torch.bfloat16: 1e-2, torch.float16: 2.5e-3}
 SHAPES = {
     s.name: s
     for s in (
-        mc.Shape("deepseek-v3-like", 7168, 2048, 16, 8, "experts scaled 256 -> 16"),
-        mc.Shape("qwen3-30b-a3b-like", 2048, 768, 128, 8),
-        mc.Shape("mixtral-like", 4096, 3584, 8, 2, "intermediate scaled 14336 -> 3584"),
-        mc.Shape("gpt-oss-like", 2944, 2944, 16, 4, "2880 padded to 2944 (Marlin: multiples of 128); 128 -> 16"),
+        scaled("deepseek-v3", "deepseek-v3-like", experts=16),
+        scaled("qwen3-30b-a3b", "qwen3-30b-a3b-like"),
+        scaled("mixtral-8x7b", "mixtral-like", intermediate=3584),
+        scaled("gpt-oss-120b", "gpt-oss-like", experts=16),
         mc.Shape("odd-small", 256, 384, 12, 3),
     )
 }

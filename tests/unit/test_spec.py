@@ -46,3 +46,25 @@ def test_one_byte_inputs_use_at_least_16():
 def test_align_gets_global_count():
     assert spec.expected_align_experts(32, 256) == 256
     assert spec.expected_align_experts(32, spec.NON_EP) == 32
+
+
+def test_one_model_registry_for_the_bench_the_gpu_suite_and_the_served_configs():
+    """ci.shapes is the only place a model's MoE shape is written: the bench's suite uses it at full size,
+    the GPU suite scales it down, and the configs the TPOT stage serves must agree with it."""
+    import json
+    from pathlib import Path
+
+    from ci import bench, shapes
+
+    assert bench.MODEL_SHAPES["deepseek-v3"] == (7168, 2048, 256, 8)
+    assert set(bench.MODEL_SHAPES) == set(shapes.MODELS)
+    small = shapes.scaled("gpt-oss-120b", "gpt-oss-like", experts=16)
+    assert (small.hidden, small.experts, small.topk) == (2944, 16, 4)
+    assert small.note == "2880 padded to 2944 (Marlin: multiples of 128); experts scaled 128 -> 16"
+    served = {"qwen3-30b-a3b-like": "qwen3-30b-a3b", "deepseek-v3-moe-shape": "deepseek-v3"}
+    models = Path(bench.__file__).parent / "models"
+    for config_dir, model in served.items():
+        c = json.loads((models / config_dir / "config.json").read_text())
+        m = shapes.MODELS[model]
+        got = (c["hidden_size"], c["moe_intermediate_size"], c["num_experts"], c["num_experts_per_tok"])
+        assert got == (m.hidden, m.intermediate, m.experts, m.topk), config_dir

@@ -9,6 +9,7 @@ import contextlib
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import nox
@@ -267,26 +268,24 @@ def error_rates(session: nox.Session) -> None:
     _gpu_stage(session, "ci.error_rates", "error-rates")
 
 
+def _with_results(posargs: Sequence[str]) -> list[str]:
+    """The session's arguments, with ``--results`` defaulting to the kernel bench's results file: the
+    judging sessions (gate, update_baselines) take the same ``--results FILE`` as their stages."""
+    rest = list(posargs)
+    return rest if "--results" in rest else ["--results", str(BENCH_RESULTS), *rest]
+
+
 @nox.session(default=False)
 def gate(session: nox.Session) -> None:
     """Judge benchmark results: A/B (default) or `--mode baseline`; exits with the verdict's code (README)."""
     _requirements(session, "test")
-    rest = list(session.posargs)
-    if "--results" not in rest:
-        rest = ["--results", str(BENCH_RESULTS), *rest]
-    _stage(session, _python(session), "-m", "ci.compare", *rest)
+    _stage(session, _python(session), "-m", "ci.compare", *_with_results(session.posargs))
 
 
 @nox.session(default=False)
 def update_baselines(session: nox.Session) -> None:
     """Store a results file as the baseline of its GPU and suite (refuses to overwrite without --force)."""
-    rest = list(session.posargs)
-    results = str(BENCH_RESULTS)
-    if "--results" in rest:
-        i = rest.index("--results")
-        results = rest[i + 1]
-        del rest[i : i + 2]
-    _stage(session, _python(session), "-m", "ci.baselines", "record", results, *rest)
+    _stage(session, _python(session), "-m", "ci.baselines", "record", *_with_results(session.posargs))
 
 
 @nox.session(default=False)

@@ -7,7 +7,7 @@ other is refused), never overwritten without ``--force``, schema-checked on ever
 matches the GPU model and count of the run, and the suite; a missing file is
 NO_BASELINE with the command that records one, a corrupt one an error.
 
-CLI: ``python -m ci.baselines record RESULTS [--dir baselines] [--force]``
+CLI: ``python -m ci.baselines record RESULTS|--results RESULTS [--dir baselines] [--force]``
 """
 
 from __future__ import annotations
@@ -109,11 +109,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.baselines", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record", help="store a results file as the baseline of its GPU and suite")
-    rec.add_argument("results", type=Path)
+    rec.add_argument("results", type=Path, nargs="?", help="the results file (or --results FILE)")
+    rec.add_argument("--results", type=Path, dest="results_option", help="the results file, as ci.compare takes it")
     rec.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     rec.add_argument("--force", action="store_true", help="replace an existing baseline")
     args = parser.parse_args(argv)
-    path = record(args.results, args.dir, force=args.force)
+    if (args.results is None) == (args.results_option is None):
+        raise UsageError("record takes one results file: RESULTS or --results RESULTS")
+    path = record(args.results or args.results_option, args.dir, force=args.force)
     print(f"baselines: recorded {path}")
     return 0
 

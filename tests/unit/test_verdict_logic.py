@@ -359,6 +359,9 @@ def test_baselines_cli_records_where_told_and_replaces_only_with_force(tmp_path,
     assert f"baselines: recorded {bdir / 'nvidia-h200-x1' / 'unit.json'}" in capsys.readouterr().out
     assert run_main(baselines.main, ["record", str(path), "--dir", str(bdir)]) == ExitCode.USAGE
     assert run_main(baselines.main, ["record", str(path), "--dir", str(bdir), "--force"]) == 0
+    assert run_main(baselines.main, ["record", "--results", str(path), "--dir", str(bdir), "--force"]) == 0
+    assert run_main(baselines.main, ["record", "--dir", str(bdir)]) == ExitCode.USAGE, "no results file"
+    assert run_main(baselines.main, ["record", str(path), "--results", str(path), "--dir", str(bdir)]) == 2, "two"
     with pytest.raises(SystemExit) as exit_:
         baselines.main([])  # no subcommand: argparse's usage error
     assert exit_.value.code == 2

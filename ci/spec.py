@@ -52,3 +52,11 @@ def expected_block_size_m(
 def expected_align_experts(local_experts: int, global_experts: int) -> int:
     """The expert count ``moe_align_block_size`` must receive: the global one."""
     return local_experts if global_experts == NON_EP else global_experts
+
+
+def batched_block_size_m(capacity: int, input_itemsize: int | None = None) -> int:
+    """``batched_fused_marlin_moe`` (the batched, DeepEP low-latency path) in 0.25.1: the tile comes from
+    each expert's capacity (``BATCH_TOKENS_MAX``, the padded rows per expert), not from the tokens routed:
+    the same rule as ``pick_block_size_m`` with M * topk / E replaced by the capacity. #48144 leaves it
+    alone; a change that picks from the real load (vLLM #56744) is a different rule for this path."""
+    return pick_block_size_m(capacity, 1, 1, input_itemsize)

@@ -437,14 +437,19 @@ def test_base_after(i):
 """
 
 
+def _run_with_isolation(pytester, monkeypatch, suite: str, *args: str, conftest: str = ""):
+    """Run ``suite`` in a subprocess under one xdist worker with the crash-isolation plugin loaded."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.delenv("GATE_CUDA_ISOLATION_DIR", raising=False)
+    pytester.makepyfile(test_suite=suite)
+    pytester.makeconftest("pytest_plugins = ['tests.cuda_isolation']\n" + conftest)
+    return pytester.runpytest_subprocess("-n", "1", "-p", "xdist", *args)
+
+
 def test_a_test_that_breaks_the_cuda_context_fails_alone(pytester, monkeypatch):
     """One worker (-n 1, so every test after the crash would share its process): the crashing test
     fails, every other test passes in a fresh worker, none is reported as crashed."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.delenv("GATE_CUDA_ISOLATION_DIR", raising=False)
-    pytester.makepyfile(test_suite=CRASHING_SUITE)
-    pytester.makeconftest("pytest_plugins = ['tests.cuda_isolation']\n")
-    result = pytester.runpytest_subprocess("-n", "1", "-p", "xdist", "-rA")
+    result = _run_with_isolation(pytester, monkeypatch, CRASHING_SUITE, "-rA")
     result.assert_outcomes(passed=9, failed=1)
     out = result.stdout.str()
     assert "FAILED test_suite.py::test_candidate_crashes_the_kernel" in out
@@ -476,11 +481,7 @@ def test_base_after(i):
 def test_more_crashes_than_xdists_restart_limit_still_run_every_test(pytester, monkeypatch):
     """xdist replaces at most 4 crashed workers per worker by default; on the H200, 17 isolations (-n 4,
     limit 16) left one test never run and never reported. Isolations do not count against the limit."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.delenv("GATE_CUDA_ISOLATION_DIR", raising=False)
-    pytester.makepyfile(test_suite=MANY_CRASHES_SUITE)
-    pytester.makeconftest("pytest_plugins = ['tests.cuda_isolation']\n")
-    result = pytester.runpytest_subprocess("-n", "1", "-p", "xdist", "-rA")
+    result = _run_with_isolation(pytester, monkeypatch, MANY_CRASHES_SUITE, "-rA")
     result.assert_outcomes(passed=4, failed=6)
     out = result.stdout.str()
     assert "maximum crashed workers reached" not in out and "never ran" not in out
@@ -488,13 +489,10 @@ def test_more_crashes_than_xdists_restart_limit_still_run_every_test(pytester, m
 
 def test_a_collected_test_without_a_result_fails_the_run_with_its_name(pytester, monkeypatch):
     """Whatever loses a test (here xdist's restart limit, set to 0), the run fails and names it."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.delenv("GATE_CUDA_ISOLATION_DIR", raising=False)
-    pytester.makepyfile(test_suite=MANY_CRASHES_SUITE.replace("range(6)", "range(1)"))
-    pytester.makeconftest("pytest_plugins = ['tests.cuda_isolation']\n"
-                          "def pytest_configure(config):\n"
-                          "    config.pluginmanager.getplugin('tests.cuda_isolation')._config = None\n")  # fmt: skip
-    result = pytester.runpytest_subprocess("-n", "1", "-p", "xdist", "--max-worker-restart", "0")
+    no_compensation = ("def pytest_configure(config):\n"
+                       "    config.pluginmanager.getplugin('tests.cuda_isolation')._config = None\n")  # fmt: skip
+    result = _run_with_isolation(pytester, monkeypatch, MANY_CRASHES_SUITE.replace("range(6)", "range(1)"),
+                                 "--max-worker-restart", "0", conftest=no_compensation)  # fmt: skip
     out = result.stdout.str()
     assert "collected test(s) never ran" in out and "never ran: test_suite.py::test_base_after[0]" in out
     assert result.ret == 1

@@ -49,10 +49,11 @@ MIN_BLOCKS = 6  # a 95% signed-rank interval over blocks needs at least 6
 BLOCK_SIZE_REPEATS = 10  # per forced block size (regret only, not gated)
 CALLS_PER_GRAPH = 10
 ROTATING_INPUTS = 4
-WARMUP_REPLAYS = 3
+WARMUP_REPLAYS = 1  # per fresh graph before timing (3 until 2026-11-29: 1/3 of the GPU time, see README)
 INJECT_PILOT_ROUNDS = 10  # per case, to calibrate an injected slowdown
 SLEEP_CALIBRATION_CYCLES = 2_000_000  # torch.cuda._sleep cycles timed once per run (about 1 ms on an H200)
 EMPTY_SLEEP_NODES = 50  # empty sleep kernels in one graph, to time what one more kernel node costs
+BATCHED_MAX_TOKENS = 128  # DeepEP low latency: tokens a dispatcher may send per expert (capacity = 128 x EP)
 EP_EQUAL_BOUND = 1e-2  # rel L2 between base and candidate under EP (tiling may differ); ep = 1 must be exact
 
 
@@ -71,10 +72,17 @@ class BenchCase:
     tokens_per_rank: int
     dtype: str = "bf16"
     quant: str = "gptq-int4-g128"
+    path: str = "fused"  # "batched": DeepEP low latency, BatchedMarlinExperts.apply on rank 0
 
     @property
     def id(self) -> str:
-        return f"{self.shape_name}/ep{self.ep}/tpr{self.tokens_per_rank}/{self.quant}/{self.dtype}"
+        where = "" if self.path == "fused" else f"batched-cap{self.capacity}/"
+        return f"{self.shape_name}/ep{self.ep}/tpr{self.tokens_per_rank}/{where}{self.quant}/{self.dtype}"
+
+    @property
+    def capacity(self) -> int:
+        """Batched: rows per expert, BATCHED_MAX_TOKENS from each of the ``ep`` dispatchers."""
+        return BATCHED_MAX_TOKENS * self.ep
 
     @property
     def rows(self) -> int:
@@ -82,15 +90,18 @@ class BenchCase:
 
     @property
     def global_num_experts(self) -> int:
-        return NON_EP if self.ep == 1 else self.experts
+        return NON_EP if self.ep == 1 and self.path == "fused" else self.experts
 
 
 # Real model shapes, full size (ci.shapes; the weights are random bits: no quantization cost).
 MODEL_SHAPES = {name: (m.hidden, m.intermediate, m.experts, m.topk) for name, m in MODELS.items()}
+# "batched": the DeepEP low-latency path (decode: a few tokens per expert at a large capacity).
 SUITES = {
-    "default": {"shapes": tuple(MODEL_SHAPES), "ep": (1, 2, 4, 8), "tokens": (1, 4, 8, 16, 32, 64, 128)},
-    "quick": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "ep": (1, 8), "tokens": (8, 64)},
-}
+    "default": {"shapes": tuple(MODEL_SHAPES), "ep": (1, 2, 4, 8), "tokens": (1, 4, 8, 16, 32, 64, 128),
+                "batched": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "ep": (8,), "tokens": (1, 8, 32)}},
+    "quick": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "ep": (1, 8), "tokens": (8, 64),
+              "batched": {"shapes": ("deepseek-v3",), "ep": (8,), "tokens": (8,)}},
+}  # fmt: skip
 
 
 def suite_cases(suite: str, pattern: str | None = None) -> list[BenchCase]:
@@ -102,6 +113,13 @@ def suite_cases(suite: str, pattern: str | None = None) -> list[BenchCase]:
         for name in spec["shapes"]
         for ep in spec["ep"]
         for t in spec["tokens"]
+    ]
+    batched = spec.get("batched", {})
+    cases += [
+        BenchCase(name, *MODEL_SHAPES[name], ep=ep, tokens_per_rank=t, path="batched")
+        for name in batched.get("shapes", ())
+        for ep in batched["ep"]
+        for t in batched["tokens"]
     ]
     if pattern:
         cases = [c for c in cases if fnmatch.fnmatch(c.id, pattern)]
@@ -126,8 +144,14 @@ class CaseRunner:
         self.inputs = self._route(block=0)
 
     def _route(self, block: int) -> list:
-        return [self.mc.route(self.case.rows, self.shape, self.torch.bfloat16, seed=100 + ROTATING_INPUTS * block + i)
-                for i in range(ROTATING_INPUTS)]  # fmt: skip
+        routed = [self.mc.route(self.case.rows, self.shape, self.torch.bfloat16,
+                                seed=100 + ROTATING_INPUTS * block + i) for i in range(ROTATING_INPUTS)]  # fmt: skip
+        if self.case.path == "fused":
+            return routed
+        # batched: every rank's tokens routed over the global experts; rank 0 holds what reached its experts
+        return [self.mc.batched_by_expert(r.hidden, r.topk_ids, self.experts.w1.shape[0], self.case.capacity,
+                                          own_topk_ids=r.topk_ids[: self.case.tokens_per_rank],
+                                          expert_map=self.view.expert_map) for r in routed]  # fmt: skip
 
     def start_block(self, block: int, pad_bytes: int):
         """Fresh input buffers for ``block``, allocated after a pad of ``pad_bytes``, so neither build
@@ -137,10 +161,19 @@ class CaseRunner:
         return pad
 
     def call(self, module, routing):
+        if self.case.path == "batched":
+            caller = self.mc.batched_experts(self.experts, num_dispatchers=self.case.ep,
+                                             max_num_tokens=BATCHED_MAX_TOKENS)  # fmt: skip
+            return self.mc.call_batched(module, caller, self.experts.w1, self.experts.w2, routing,
+                                        global_num_experts=self.case.global_num_experts)  # fmt: skip
         return self.mc.call_moe(
             module, self.experts, routing, global_num_experts=self.case.global_num_experts,
             expert_map=self.view.expert_map,
         )  # fmt: skip
+
+    def valid_output(self, out, routing):
+        """The rows that carry tokens (the batched path leaves padding rows unwritten)."""
+        return out if self.case.path == "fused" else out[routing.rows >= 0]
 
     def capture(self, module, forced_bm: int | None = None, sleep_cycles: int | None = None):
         """A CUDA graph of CALLS_PER_GRAPH calls of ``module``; ``sleep_cycles``: a GPU sleep of that many
@@ -176,12 +209,12 @@ def check_outputs_agree(runner: CaseRunner, base, cand) -> dict:
     """The correctness gate before timing: same numbers from both builds (bit-identical when ep = 1)."""
     torch = runner.torch
     r = runner.inputs[0]
-    a, b = runner.call(base, r), runner.call(cand, r)
+    a, b = runner.valid_output(runner.call(base, r), r), runner.valid_output(runner.call(cand, r), r)
     if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
         raise WrongResultsError(f"{runner.case.id}: NaN/Inf in the output; refusing to time wrong results")
     diff = float((a.double() - b.double()).norm() / a.double().norm().clamp_min(1e-30))
     identical = bool(torch.equal(a, b))
-    if runner.case.ep == 1 and not identical:
+    if runner.case.global_num_experts == NON_EP and not identical:
         raise WrongResultsError(f"{runner.case.id}: global_num_experts == -1 but candidate output != base output")
     if diff > EP_EQUAL_BOUND:
         raise WrongResultsError(f"{runner.case.id}: candidate differs from base (rel L2 {diff:.2e}); refusing to time")
@@ -311,6 +344,8 @@ def run_case(runner: CaseRunner, variants, repeats: int, blocks: int = DEFAULT_B
             "topk": c.topk,
             "ep": c.ep,
             "tokens_per_rank": c.tokens_per_rank,
+            "path": c.path,
+            **({"capacity": c.capacity} if c.path == "batched" else {}),
             "rows": c.rows,
             "global_num_experts_arg": c.global_num_experts,
             "quant": c.quant,

@@ -46,8 +46,10 @@ from ci.errors import DataError, MissingDependencyError, PatchError, UsageError
 from ci.jsonio import read_json, write_json
 
 DEFAULT_VLLM = "0.25.1"
-PATCHES_DIR = Path(__file__).resolve().parent / "patches"
-DEFAULT_PATCH = PATCHES_DIR / "marlin-ep-m-estimate.patch"
+CHANGES_DIR = Path(__file__).resolve().parent / "changes"  # <name>/change.patch and, optionally, contract.py
+DEFAULT_CHANGE = "marlin-ep-m-estimate"
+DEFAULT_PATCH = CHANGES_DIR / DEFAULT_CHANGE / "change.patch"
+MUTANTS_DIR = CHANGES_DIR / DEFAULT_CHANGE / "mutants"
 GATE_DIR = Path(".gate")
 DEFAULT_BASE_REF = "origin/main"
 REFS_MARKER = ".gate-refs"  # in every folder the builder exported a ref into
@@ -89,6 +91,7 @@ class TreeManifest:
     ignored_patch_paths: tuple[str, ...] = ()
     overlaid_files: tuple[str, ...] = ()
     refs: dict | None = None  # --head-ref: the refs, their commits and the files the branch changes
+    contract: dict | None = None  # ci.contracts.Contract.to_json(), or None: no rule of the change is checked
     tools: dict[str, str] = field(default_factory=dict)
     created_at: str = ""
     command: str = ""
@@ -272,7 +275,8 @@ def _display_path(path: Path) -> str:
 
 
 def tree_slug(version: str, patch: Path, *, reverse: bool, src: bool) -> str:
-    parts = [f"vllm-{version}", "src" if src else "", patch.stem, "reverse" if reverse else ""]
+    name = patch.parent.name if patch.name == "change.patch" else patch.stem  # ci/changes/<name>/change.patch
+    parts = [f"vllm-{version}", "src" if src else "", name, "reverse" if reverse else ""]
     return "-".join(p for p in parts if p)
 
 
@@ -287,6 +291,7 @@ class BuildOptions:
     base_ref: str | None = None
     head_ref: str | None = None
     refs: dict | None = None  # filled in by the builder from base_ref/head_ref
+    contract: str = "auto"  # "auto": contract.py beside the patch, if any; "none"; or a contract file
 
 
 def _export_vllm(repo: Path, commit: str, dest: Path) -> None:
@@ -362,6 +367,7 @@ def build_trees(opts: BuildOptions, *, release: Release | None = None) -> Trees:
         raise UsageError(f"--patch {opts.patch}: no such file (the shipped one is {DEFAULT_PATCH})")
     if opts.vllm_src is not None and not (opts.vllm_src / "vllm").is_dir():
         raise UsageError(f"--vllm-src {opts.vllm_src}: no vllm/ package in it; point it at a vLLM source checkout")
+    contract = resolve_contract(opts)
     files = patching.parse_patch(opts.patch.read_text(), source=str(opts.patch))
     patching.check_touched_paths(opts.patch)
     taken, ignored = patching.python_paths(files, source=str(opts.patch))
@@ -372,7 +378,7 @@ def build_trees(opts: BuildOptions, *, release: Release | None = None) -> Trees:
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
     try:
-        _build_into(work, opts, release, taken, ignored)
+        _build_into(work, opts, release, taken, ignored, contract)
         (work / TREES_MARKER).write_text("trees made by python -m ci.build; replaced by the next build\n")
         _check_out_dir(out)  # again: nothing may have appeared there meanwhile
         if out.exists():
@@ -393,7 +399,18 @@ def _overlay_label(opts: BuildOptions) -> str:
     return f" + Python overlay of {opts.vllm_src}" if opts.vllm_src else ""
 
 
-def _build_into(out: Path, opts: BuildOptions, release: Release, taken: list[str], ignored: list[str]) -> Trees:
+def resolve_contract(opts: BuildOptions) -> dict | None:
+    """The change's contract (``ci.contracts``): beside the patch, given, or none; checked before building."""
+    from ci import contracts
+
+    if opts.contract == "none":
+        return None
+    path = contracts.beside(opts.patch) if opts.contract == "auto" else Path(opts.contract)
+    return None if path is None else contracts.load_contract(path).to_json()
+
+
+def _build_into(out: Path, opts: BuildOptions, release: Release, taken: list[str], ignored: list[str],
+                contract: dict | None = None) -> Trees:  # fmt: skip
     release_tree, patched_tree = out / "release", out / "patched"
     make_base_tree(release, release_tree)
     overlaid = overlay_checkout(opts.vllm_src, release_tree) if opts.vllm_src else []
@@ -427,6 +444,7 @@ def _build_into(out: Path, opts: BuildOptions, release: Release, taken: list[str
         ignored_patch_paths=tuple(ignored),
         overlaid_files=tuple(overlaid),
         refs=opts.refs,
+        contract=None if contract is None else {**contract, "path": _display_path(Path(contract["path"]))},
         tools=_tool_versions(),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         command=command_line(),
@@ -461,17 +479,37 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags that choose the vLLM under test, shared by every stage that builds trees."""
     parser.add_argument("--vllm", default=DEFAULT_VLLM, help="a release (default %(default)s) or 'installed'")
     parser.add_argument("--vllm-src", type=Path, help="a vLLM checkout whose Python files overlay the release")
-    parser.add_argument("--patch", type=Path, default=DEFAULT_PATCH, help="the patch under test")
+    parser.add_argument("--patch", type=Path, help=f"the patch under test (default: --change {DEFAULT_CHANGE})")
+    parser.add_argument("--change", help="a change of ci/changes/ by name: its change.patch and contract.py")
+    parser.add_argument(
+        "--contract",
+        default="auto",
+        help="the change's contract.py; 'none' to test without one (default: the one beside the patch)",
+    )
     parser.add_argument("--reverse", action="store_true", help="the release contains the patch: remove it for base")
     parser.add_argument("--base-ref", help=f"with --vllm-src: the ref a branch is compared with ({DEFAULT_BASE_REF})")
     parser.add_argument("--head-ref", help="with --vllm-src: the branch or commit under test (HEAD)")
+
+
+def patch_of(change: str | None, patch: Path | None) -> Path:
+    """``--change NAME`` or ``--patch FILE`` (not both); neither: the shipped change."""
+    if change and patch:
+        raise UsageError(f"--change {change} and --patch {patch}: give one (a change is its folder's change.patch)")
+    if not change:
+        return patch or DEFAULT_PATCH
+    folder = CHANGES_DIR / change
+    if not (folder / "change.patch").is_file():
+        known = sorted(p.parent.name for p in CHANGES_DIR.glob("*/change.patch"))
+        raise UsageError(f"--change {change}: no {folder}/change.patch; the changes are {', '.join(known)}")
+    return folder / "change.patch"
 
 
 def options_from(args: argparse.Namespace, **extra: object) -> BuildOptions:
     return BuildOptions(
         vllm=args.vllm,
         vllm_src=args.vllm_src,
-        patch=args.patch,
+        patch=patch_of(args.change, args.patch),
+        contract=args.contract,
         reverse=args.reverse,
         base_ref=args.base_ref,
         head_ref=args.head_ref,

@@ -7,8 +7,10 @@
   the kernels' speed does not depend on the values).
 * :func:`route` and :func:`rank_view`: top-k routing over the global experts, the DP-padded
   rows a rank sees, and that rank's ``expert_map`` from vLLM's ``determine_expert_map``.
-* :func:`forced_block_size`: run fused_marlin_moe with ``block_size_m`` pinned, by wrapping
-  the two callees that receive it (nothing else of vLLM's code changes).
+* :func:`batched_by_expert` and :func:`call_batched`: the batched path (DeepEP low latency), tokens
+  grouped per expert and padded to a capacity, through vLLM's own ``BatchedMarlinExperts.apply``.
+* :func:`forced_block_size`: run either path with ``block_size_m`` pinned, by wrapping the callees that
+  receive it (nothing else of vLLM's code changes).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import torch
 
@@ -254,37 +256,127 @@ def call_moe(module: ModuleType, experts: Experts, routing: Routing, *, global_n
     )
 
 
+@dataclass
+class Batched:
+    """Tokens grouped per expert, as DeepEP low latency hands them to the batched experts."""
+
+    hidden: torch.Tensor  # (E, capacity, K); rows past counts[e] are padding
+    counts: torch.Tensor  # int32 (E,): valid rows per expert
+    rows: torch.Tensor  # long (E, capacity): the token each slot holds, -1 for padding
+    slots: torch.Tensor  # long (E, capacity): which of the token's top-k choices, -1 for padding
+    topk_ids: torch.Tensor  # the routing of this rank's own tokens (what apply() receives)
+
+    @property
+    def capacity(self) -> int:
+        return self.hidden.shape[1]
+
+
+def batched_by_expert(hidden: torch.Tensor, topk_ids: torch.Tensor, experts: int, capacity: int, *,
+                      own_topk_ids: torch.Tensor | None = None, expert_map: torch.Tensor | None = None,
+                      ) -> Batched:  # fmt: skip
+    """Group the rows of ``hidden`` by the experts of ``topk_ids`` (local ids through ``expert_map``),
+    in token order, into ``capacity`` slots per expert; assignments to other ranks' experts are dropped."""
+    ids = topk_ids.long() if expert_map is None else expert_map[topk_ids.long()].long()
+    flat = torch.arange(ids.numel(), device=ids.device)
+    e_of, row_of, slot_of = ids.flatten(), flat // ids.shape[1], flat % ids.shape[1]
+    keep = e_of >= 0
+    e_of, row_of, slot_of = e_of[keep], row_of[keep], slot_of[keep]
+    order = torch.argsort(e_of * ids.shape[0] + row_of, stable=True)
+    e_of, row_of, slot_of = e_of[order], row_of[order], slot_of[order]
+    counts = torch.bincount(e_of, minlength=experts)
+    if counts.numel() and int(counts.max()) > capacity:
+        raise ValueError(f"an expert got {int(counts.max())} tokens, more than the capacity {capacity}")
+    starts = torch.cumsum(counts, 0) - counts
+    pos = torch.arange(e_of.numel(), device=ids.device) - starts[e_of]
+    out = torch.zeros(experts, capacity, hidden.shape[1], dtype=hidden.dtype, device=hidden.device)
+    rows = torch.full((experts, capacity), -1, dtype=torch.long, device=hidden.device)
+    slots = torch.full((experts, capacity), -1, dtype=torch.long, device=hidden.device)
+    out[e_of, pos] = hidden[row_of]
+    rows[e_of, pos], slots[e_of, pos] = row_of, slot_of
+    return Batched(hidden=out.contiguous(), counts=counts.to(torch.int32), rows=rows, slots=slots,
+                   topk_ids=topk_ids if own_topk_ids is None else own_topk_ids)  # fmt: skip
+
+
+def combine_batched(out: torch.Tensor, batched: Batched, topk_weights: torch.Tensor, tokens: int) -> torch.Tensor:
+    """float32 (tokens, K): each token's router-weighted sum of its experts' rows (valid slots only)."""
+    valid = batched.rows >= 0
+    rows, slots = batched.rows[valid], batched.slots[valid]
+    total = torch.zeros(tokens, out.shape[-1], dtype=torch.float32, device=out.device)
+    total.index_add_(0, rows, out[valid].float() * topk_weights[rows, slots, None].float())
+    return total
+
+
+def batched_experts(experts: Experts, *, num_dispatchers: int, max_num_tokens: int,
+                    input_dtype: torch.dtype | None = None) -> SimpleNamespace:  # fmt: skip
+    """A stand-in for a ``BatchedMarlinExperts`` instance: the attributes its ``apply`` reads, from
+    ``experts`` (building the real one needs a whole model config; ``apply`` is vLLM's own code)."""
+    return SimpleNamespace(
+        w1_bias=None, w2_bias=None, w1_scale=experts.s1, w2_scale=experts.s2,
+        quant_type_id=experts.quant_type_id, a1_gscale=None, a2_gscale=None,
+        w13_g_idx=experts.g_idx1, w2_g_idx=experts.g_idx2,
+        w13_g_idx_sort_indices=experts.sort1, w2_g_idx_sort_indices=experts.sort2,
+        w1_zp=experts.zeros1, w2_zp=experts.zeros2, input_dtype=input_dtype, is_k_full=True,
+        gemm1_clamp_limit=None, gemm1_alpha=1.0, gemm1_beta=0.0,
+        num_dispatchers=num_dispatchers, max_num_tokens=max_num_tokens,
+    )  # fmt: skip
+
+
+def call_batched(module: ModuleType, caller: SimpleNamespace, w1: torch.Tensor, w2: torch.Tensor,
+                 batched: Batched, *, global_num_experts: int, topk_weights: torch.Tensor | None = None,
+                 expert_map: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """vLLM's ``BatchedMarlinExperts.apply`` of ``module`` (the DeepEP low-latency caller): (E, capacity, K)."""
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+
+    return module.BatchedMarlinExperts.apply(
+        caller, output=None, hidden_states=batched.hidden, w1=w1, w2=w2,
+        topk_weights=topk_weights, topk_ids=batched.topk_ids, activation=MoEActivation.SILU,
+        global_num_experts=global_num_experts, expert_map=expert_map, a1q_scale=None, a2_scale=None,
+        workspace13=None, workspace2=None, expert_tokens_meta=SimpleNamespace(expert_num_tokens=batched.counts),
+        apply_router_weight_on_input=False,
+    )  # fmt: skip
+
+
 @contextlib.contextmanager
 def forced_block_size(module: ModuleType, block_size_m: int) -> Iterator[None]:
-    """Pin ``block_size_m`` for calls into ``module`` (both callees that receive it see the same value)."""
-    align, kernel = module.moe_align_block_size, module._fused_marlin_moe
+    """Pin ``block_size_m`` for calls into ``module`` (every callee that receives it sees the same value)."""
+    align, batched_align, kernel = (
+        module.moe_align_block_size,
+        module.batched_moe_align_block_size,
+        module._fused_marlin_moe,
+    )
 
     def align_forced(topk_ids, block_size, *args, **kwargs):
         return align(topk_ids, block_size_m, *args, **kwargs)
+
+    def batched_align_forced(*args, **kwargs):
+        kwargs["block_size"] = block_size_m
+        return batched_align(*args, **kwargs)
 
     def kernel_forced(*args, **kwargs):
         kwargs["block_size_m"] = block_size_m
         return kernel(*args, **kwargs)
 
-    module.moe_align_block_size, module._fused_marlin_moe = align_forced, kernel_forced
+    module.moe_align_block_size, module.batched_moe_align_block_size = align_forced, batched_align_forced
+    module._fused_marlin_moe = kernel_forced
     try:
         yield
     finally:
-        module.moe_align_block_size, module._fused_marlin_moe = align, kernel
+        module.moe_align_block_size, module.batched_moe_align_block_size, module._fused_marlin_moe = (
+            align, batched_align, kernel)  # fmt: skip
 
 
 @contextlib.contextmanager
 def recorded_block_size(module: ModuleType) -> Iterator[list[int]]:
-    """Record the ``block_size_m`` the module's own heuristic picks (calls pass through unchanged)."""
+    """Record the ``block_size_m`` the module's own heuristic picks, on either path (calls pass through)."""
     seen: list[int] = []
-    align = module.moe_align_block_size
+    kernel = module._fused_marlin_moe
 
-    def align_recording(topk_ids, block_size, *args, **kwargs):
-        seen.append(block_size)
-        return align(topk_ids, block_size, *args, **kwargs)
+    def kernel_recording(*args, **kwargs):
+        seen.append(kwargs["block_size_m"])
+        return kernel(*args, **kwargs)
 
-    module.moe_align_block_size = align_recording
+    module._fused_marlin_moe = kernel_recording
     try:
         yield seen
     finally:
-        module.moe_align_block_size = align
+        module._fused_marlin_moe = kernel

@@ -71,6 +71,7 @@ def collect(trees: Trees | None = None, *, with_cuda: bool = False) -> dict:
             "patch_sha256": m.patch_sha256,
             "reverse": m.reverse,
             "changed_files": [c.__dict__ for c in m.changed_files],
+            "contract": m.contract,  # None: no rule of the change was checked (ci.contracts.NO_CONTRACT)
             "manifest_created_at": m.created_at,
         }
     return record

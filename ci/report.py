@@ -92,6 +92,14 @@ def details_markdown(results) -> str:
     """What the verdict table leaves out: that a run is an A/A run, and what the subject adds (for TPOT
     runs one row a round, in the order run, with the machine's state where recorded)."""
     lines = []
+    vllm = (getattr(results, "provenance", None) or {}).get("vllm") or {}
+    if vllm.get("patch"):
+        from ci.contracts import NO_CONTRACT
+
+        contract = vllm.get("contract")
+        lines += ["", f"Change under test: `{vllm['patch']}` on vLLM {vllm.get('version')}"
+                  f"{' (reverse-applied: the release holds it)' if vllm.get('reverse') else ''}; "
+                  f"{contract['describe'] if contract else NO_CONTRACT}."]  # fmt: skip
     if results.settings.get("aa"):
         lines += ["", "A/A run: both sides are the base build, so any difference above is the noise and bias of "
                   "the method on this machine (its resolution), not a change in vLLM."]  # fmt: skip

@@ -1,7 +1,7 @@
 """The options every nox session takes after ``--`` (stdlib only: the noxfile imports it).
 
-``--vllm``, ``--vllm-src`` (with ``--base-ref``/``--head-ref``), ``--patch`` and ``--reverse`` choose the
-vLLM under test;
+``--vllm``, ``--vllm-src`` (with ``--base-ref``/``--head-ref``), ``--patch`` or ``--change``, ``--contract``
+and ``--reverse`` choose the vLLM and the change under test;
 ``--out`` the output folder; everything else is passed through to the tool the session
 runs (pytest, the benchmark, ...).
 """
@@ -32,6 +32,8 @@ def parse_session_args(posargs: Sequence[str]) -> SessionArgs:
     parser.add_argument("--vllm", default=DEFAULT_VLLM)
     parser.add_argument("--vllm-src")
     parser.add_argument("--patch")
+    parser.add_argument("--change")
+    parser.add_argument("--contract")
     parser.add_argument("--reverse", action="store_true")
     parser.add_argument("--base-ref")
     parser.add_argument("--head-ref")
@@ -40,8 +42,9 @@ def parse_session_args(posargs: Sequence[str]) -> SessionArgs:
     build_argv = ["--vllm", known.vllm]
     if known.vllm_src:
         build_argv += ["--vllm-src", known.vllm_src]
-    if known.patch:
-        build_argv += ["--patch", known.patch]
+    for flag, value in (("--patch", known.patch), ("--change", known.change), ("--contract", known.contract)):
+        if value:
+            build_argv += [flag, value]
     if known.reverse:
         build_argv.append("--reverse")
     for flag, value in (("--base-ref", known.base_ref), ("--head-ref", known.head_ref)):

@@ -64,7 +64,8 @@ def main(act: list[str]) -> int:
             failures.append(name)
 
     try:
-        dispatch = {"pr": str(PR), "sha": sha, "vllm": "0.25.1", "patch": "ci/patches/marlin-ep-m-estimate.patch",
+        dispatch = {"pr": str(PR), "sha": sha, "vllm": "0.25.1",
+                    "patch": "ci/changes/marlin-ep-m-estimate/change.patch",
                     "suite": "quick", "tpot": False, "gpus": "2"}  # fmt: skip
         code, text = _run(act, ".github/workflows/gpu-gate.yml", dispatch, env, logs / "1-reviewed.log")
         reviewed = (f"head is {sha}, the reviewed commit" in text and f"checkout stand-in: gate at {sha}" in text

@@ -155,3 +155,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
     if _CASE_COUNTS:
         counts = ", ".join(f"{n:,} on {side}" for side, n in sorted(_CASE_COUNTS.items()))
         terminalreporter.write_line(f"CPU tier: block-size cases checked against the spec: {counts}")
+    trees = terminalreporter.config.stash.get(TREES_KEY, None)
+    if trees is not None:
+        from ci.contracts import NO_CONTRACT
+
+        contract = trees.manifest.contract
+        terminalreporter.write_line(f"change: {trees.manifest.patch_path}; "
+                                    f"{contract['describe'] if contract else NO_CONTRACT}")  # fmt: skip

@@ -1,4 +1,5 @@
-"""Fixtures of the equivalence suite: vLLM's base and candidate modules, and case counting."""
+"""Fixtures of the equivalence suite: vLLM's base and candidate modules, the change's contract and its
+settings, and case counting."""
 
 from __future__ import annotations
 
@@ -14,6 +15,54 @@ def variants(trees):
     from ci.variants import load_variants
 
     return load_variants(trees)
+
+
+CONTRACT_KEY = pytest.StashKey()
+
+
+def contract_of(config: pytest.Config):
+    """The change's contract recorded in the manifest (None: none), loaded once per process."""
+    from tests.conftest import TREES_KEY
+
+    if CONTRACT_KEY not in config.stash:
+        trees = config.stash.get(TREES_KEY, None)
+        if trees is None:
+            config.stash[CONTRACT_KEY] = None
+        else:
+            from ci.contracts import from_manifest
+
+            config.stash[CONTRACT_KEY] = from_manifest(trees.manifest.contract, trees.manifest_path)
+    return config.stash[CONTRACT_KEY]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``setting``: every environment setting the contract names ("default" only without a contract)."""
+    if "setting" in metafunc.fixturenames:
+        contract = contract_of(metafunc.config)
+        names = list(contract.settings) if contract else ["default"]
+        metafunc.parametrize("setting", names)
+
+
+@pytest.fixture
+def contract(request):
+    return contract_of(request.config)
+
+
+@pytest.fixture
+def default_setting(contract, monkeypatch) -> dict[str, str]:
+    """Unset every variable the contract's settings name: the default is the default, whatever the shell says."""
+    for name in {n for values in (contract.settings.values() if contract else ()) for n in values}:
+        monkeypatch.delenv(name, raising=False)
+    return {}
+
+
+@pytest.fixture
+def setting_env(setting, contract, default_setting, monkeypatch) -> dict[str, str]:
+    """Apply the setting's environment for the test; returns it (what the contract's rules receive)."""
+    env = contract.settings[setting] if contract else {}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
 
 
 @pytest.fixture(scope="session")

@@ -208,6 +208,27 @@ def block_size_mismatches(obs: Observation, case: Case, *, patched: bool) -> lis
     return errors
 
 
+def invariant_violations(obs: Observation, case: Case) -> list[str]:
+    """What every change must keep, contract or not: a tile the kernel has, the same tile for the aligner
+    and the kernel, at least 16 for 1-byte inputs, and the aligner's inputs (:func:`align_mismatches`)."""
+    errors = []
+    if obs.kernel_block_size not in spec.BLOCK_SIZES_M:
+        errors.append(f"{case}: block_size_m {obs.kernel_block_size} is not one the kernel has {spec.BLOCK_SIZES_M}")
+    if obs.align_block_size != obs.kernel_block_size:
+        errors.append(f"{case}: moe_align_block_size got block_size {obs.align_block_size}, "
+                      f"the kernel {obs.kernel_block_size}")  # fmt: skip
+    if case.input_itemsize == 1 and obs.kernel_block_size < spec.MIN_BLOCK_SIZE_M_1_BYTE_INPUT:
+        errors.append(f"{case}: block_size_m {obs.kernel_block_size} for a 1-byte input (at least 16)")
+    return errors + align_mismatches(obs, case)
+
+
+def rule_mismatches(obs: Observation, case: Case, want: int, rule: str) -> list[str]:
+    """The block size a contract's rule says, against what the kernels received."""
+    if obs.kernel_block_size == want and obs.align_block_size == want:
+        return []
+    return [f"{case}: block size {obs.align_block_size}/{obs.kernel_block_size} (aligner/kernel), {rule} says {want}"]
+
+
 def align_mismatches(obs: Observation, case: Case) -> list[str]:
     """moe_align_block_size must get the global expert count and the caller's routing untouched."""
     errors = []

@@ -1,10 +1,15 @@
 """CPU tier, the batched path: vLLM's real ``batched_fused_marlin_moe`` from each tree, only its CUDA work
-(``batched_moe_align_block_size``, ``_fused_marlin_moe``) replaced by spies.
+(``batched_moe_align_block_size``, ``_fused_marlin_moe``) replaced by spies, reached two ways:
 
-The batched path (DeepEP low latency: tokens already grouped per expert, ``[E, capacity, K]``) picks its
-tile from the capacity. The shipped patch does not touch it, so here both builds must pick
-``ci.spec.batched_block_size_m`` and hand the kernels identical arguments; the aligner must get the
-capacity and the caller's per-expert token counts untouched.
+* ``direct``: called as a library function (no token load known);
+* ``apply``: through vLLM's ``BatchedMarlinExperts.apply``, the DeepEP low-latency caller, which sees this
+  rank's ``topk_ids`` and the number of dispatchers (``ci.moe_case.call_batched``).
+
+The tokens arrive grouped per expert, ``[E, capacity, K]``. The base must pick the release's tile, from the
+capacity (``ci.spec.batched_block_size_m``). The candidate must keep the universal invariants (a tile the
+kernel has, the same for aligner and kernel, at least 16 for 1-byte inputs, the aligner gets the capacity
+and the caller's per-expert counts untouched, the output is the kernel's), follow its contract's batched
+rule where it has one, and hand the kernels the base's arguments when the change does not declare this path.
 """
 
 from __future__ import annotations
@@ -14,13 +19,19 @@ import itertools
 import pytest
 import torch
 
-from ci import spec
+from ci import contracts, spec
+from ci import moe_case as mc
 from tests.ep_marlin import cpu_harness as h
 from tests.ep_marlin.conftest import COUNT_PROPERTY
 
 CAPACITIES = (1, 2, 7, 8, 9, 14, 15, 16, 17, 28, 29, 32, 43, 44, 48, 57, 58, 64, 65, 128, 256, 1024)
 LOCAL_EXPERTS = (1, 4, 8)
 LOADS = ("full", "sparse", "empty")  # tokens per expert: all at capacity, a few, none
+# apply(): this rank's tokens and top-k, and the dispatchers (EP ranks) sending to it
+APPLY_CAPACITIES = (1, 8, 9, 17, 44, 64, 65, 256, 1024)
+APPLY_TOKENS = (1, 4, 64)
+APPLY_TOPK = (1, 8)
+DISPATCHERS = (1, 8)
 
 
 class BatchedSpies:
@@ -47,70 +58,125 @@ class BatchedSpies:
         self.module.batched_moe_align_block_size, self.module._fused_marlin_moe = self._saved
 
 
-def observe(module, e: int, capacity: int, load: str, input_dtype, quant_type_id: int):
-    gen = torch.Generator().manual_seed(e * 1009 + capacity)
-    hidden = torch.randn(e, capacity, h.HIDDEN, generator=gen).to(torch.bfloat16)
-    per_expert = {"full": capacity, "sparse": min(capacity, 2), "empty": 0}[load]
+def _weights(e: int, quant_type_id: int) -> mc.Experts:
+    return mc.Experts(
+        scheme=mc.GPTQ_INT4_G128, quant_type_id=quant_type_id,
+        w1=torch.zeros(e, h.HIDDEN // 16, 2, dtype=torch.int32),
+        w2=torch.zeros(e, 1, h.HIDDEN * 2, dtype=torch.int32),  # 4-bit: size(2) // 2 == K
+        s1=torch.ones(e, 1, 1, dtype=torch.bfloat16), s2=torch.ones(e, 1, 1, dtype=torch.bfloat16),
+    )  # fmt: skip
+
+
+def observe(module, call: dict, quant_type_id: int) -> dict:
+    """One call, ``call["via"]`` "direct" or "apply"; what the spies saw."""
+    e, cap = call["experts"], call["capacity"]
+    gen = torch.Generator().manual_seed(e * 1009 + cap)
+    hidden = torch.randn(e, cap, h.HIDDEN, generator=gen).to(torch.bfloat16)
+    per_expert = {"full": cap, "sparse": min(cap, 2), "empty": 0}[call["load"]]
     counts = torch.full((e,), per_expert, dtype=torch.int32)
     counts_before = counts.clone()
+    w = _weights(e, quant_type_id)
     with BatchedSpies(module) as spies:
-        out = module.batched_fused_marlin_moe(
-            hidden_states=hidden,
-            expert_num_tokens=counts,
-            w1=torch.zeros(e, h.HIDDEN // 16, 2, dtype=torch.int32),
-            w2=torch.zeros(e, 1, h.HIDDEN * 2, dtype=torch.int32),  # 4-bit: size(2) // 2 == K
-            bias1=None,
-            bias2=None,
-            w1_scale=torch.ones(e, 1, 1, dtype=torch.bfloat16),
-            w2_scale=torch.ones(e, 1, 1, dtype=torch.bfloat16),
-            quant_type_id=quant_type_id,
-            input_dtype=input_dtype,
-        )
+        if call["via"] == "direct":
+            out = module.batched_fused_marlin_moe(
+                hidden_states=hidden, expert_num_tokens=counts, w1=w.w1, w2=w.w2, bias1=None, bias2=None,
+                w1_scale=w.s1, w2_scale=w.s2, quant_type_id=quant_type_id, input_dtype=call["dtype"],
+            )  # fmt: skip
+        else:
+            g = e * call["dispatchers"]
+            topk_ids = torch.randint(0, g, (call["tokens"], call["topk"]), generator=gen, dtype=torch.int32)
+            caller = mc.batched_experts(w, num_dispatchers=call["dispatchers"], max_num_tokens=cap,
+                                        input_dtype=call["dtype"])  # fmt: skip
+            batched = mc.Batched(hidden=hidden, counts=counts, rows=None, slots=None, topk_ids=topk_ids)
+            out = mc.call_batched(module, caller, w.w1, w.w2, batched, global_num_experts=g)
     assert len(spies.align) == 1 and len(spies.kernel) == 1, "one align and one kernel call"
     align, kernel = spies.align[0], spies.kernel[0]
     return {
         "align_block_size": align["block_size"],
         "kernel_block_size": kernel["block_size_m"],
-        "align_capacity": align["max_tokens_per_batch"],
-        "counts_passed": align["expert_num_tokens"] is counts and torch.equal(counts, counts_before),
+        "aligner_inputs_ok": align["max_tokens_per_batch"] == cap
+        and align["expert_num_tokens"] is counts
+        and torch.equal(counts, counts_before),
         "kernel_args": {k: h.describe(v) for k, v in kernel.items()},
-        "output_shape_ok": tuple(out.shape) == (e, capacity, h.HIDDEN) and torch.equal(out, hidden),
+        "output_ok": tuple(out.shape) == (e, cap, h.HIDDEN) and torch.equal(out, hidden),
     }
 
 
-GRID = list(itertools.product(LOCAL_EXPERTS, CAPACITIES, LOADS, h.INPUT_DTYPES))
+def _where(call: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in call.items())
+
+
+DIRECT = [dict(via="direct", experts=e, capacity=c, load=load, dtype=dt)
+          for e, c, load, dt in itertools.product(LOCAL_EXPERTS, CAPACITIES, LOADS, h.INPUT_DTYPES)]  # fmt: skip
+APPLY = [dict(via="apply", experts=e, capacity=c, load="sparse", dtype=dt, tokens=t, topk=k, dispatchers=d)
+         for e, c, dt, t, k, d in itertools.product(LOCAL_EXPERTS, APPLY_CAPACITIES, h.INPUT_DTYPES, APPLY_TOKENS,
+                                                    APPLY_TOPK, DISPATCHERS)]  # fmt: skip
+CALLS = DIRECT + APPLY
 
 
 def _itemsize(dtype) -> int | None:
     return None if dtype is None else dtype.itemsize
 
 
-@pytest.mark.parametrize("side", ["base", "candidate"])
-def test_batched_block_size_comes_from_the_capacity(side, variants, quant_type_id, record_property):
-    module = dict(zip(("base", "candidate"), variants, strict=True))[side].marlin_moe
+def invariant_violations(obs: dict, call: dict) -> list[str]:
+    errors, bm = [], obs["kernel_block_size"]
+    if bm not in spec.BLOCK_SIZES_M or obs["align_block_size"] != bm:
+        errors.append(f"{_where(call)}: block size {obs['align_block_size']}/{bm} (aligner/kernel), not one tile "
+                      f"of {spec.BLOCK_SIZES_M}")  # fmt: skip
+    if _itemsize(call["dtype"]) == 1 and bm < spec.MIN_BLOCK_SIZE_M_1_BYTE_INPUT:
+        errors.append(f"{_where(call)}: block size {bm} for a 1-byte input (at least 16)")
+    if not obs["aligner_inputs_ok"] or not obs["output_ok"]:
+        errors.append(f"{_where(call)}: the aligner did not get the capacity and the caller's token counts, "
+                      "or the output is not the kernel's, reshaped")  # fmt: skip
+    return errors
+
+
+def contract_rule(contract, call: dict, env: dict) -> int:
+    apply = call["via"] == "apply"
+    return contract.batched_block_size_m(
+        capacity=call["capacity"], assignments=call["tokens"] * call["topk"] if apply else None,
+        num_dispatchers=call.get("dispatchers", 1), global_experts=call["experts"] * call.get("dispatchers", 1),
+        local_experts=call["experts"], input_itemsize=_itemsize(call["dtype"]), env=env,
+    )  # fmt: skip
+
+
+def test_base_follows_the_release_rule(variants, quant_type_id, record_property):
+    """Both callers: the base's tile comes from the capacity (ci.spec.batched_block_size_m)."""
     errors = []
-    for e, cap, load, dtype in GRID:
-        obs = observe(module, e, cap, load, dtype, quant_type_id)
-        want = spec.batched_block_size_m(cap, _itemsize(dtype))
-        where = f"E={e} capacity={cap} load={load} input={dtype}"
-        if obs["align_block_size"] != want or obs["kernel_block_size"] != want:
-            errors.append(f"{where}: block size {obs['align_block_size']}/{obs['kernel_block_size']}, spec {want}")
-        if obs["align_capacity"] != cap or not obs["counts_passed"] or not obs["output_shape_ok"]:
-            errors.append(f"{where}: the aligner did not get the capacity and the caller's token counts, "
-                          "or the output is not the kernel's, reshaped")  # fmt: skip
-    record_property(COUNT_PROPERTY, {f"batched {side}": len(GRID)})
-    assert not errors, f"{len(errors)} of {len(GRID)} batched cases differ:\n" + "\n".join(errors[:20])
+    for call in CALLS:
+        obs = observe(variants[0].marlin_moe, call, quant_type_id)
+        want = spec.batched_block_size_m(call["capacity"], _itemsize(call["dtype"]))
+        if obs["kernel_block_size"] != want:
+            errors.append(f"{_where(call)}: block size {obs['kernel_block_size']}, the release's rule says {want}")
+        errors += invariant_violations(obs, call)
+    record_property(COUNT_PROPERTY, {"batched base": len(CALLS)})
+    assert not errors, f"{len(errors)} of {len(CALLS)} batched cases differ:\n" + "\n".join(errors[:20])
 
 
-def test_batched_kernel_arguments_identical_in_both_builds(variants, quant_type_id):
-    """#48144 changes fused_marlin_moe only: on the batched path every kernel argument stays the same."""
+def test_candidate_keeps_the_invariants_and_its_contract(setting, setting_env, contract, variants, quant_type_id,
+                                                         record_property):  # fmt: skip
+    rule = contract.batched_block_size_m if contract else None
+    errors = []
+    for call in CALLS:
+        obs = observe(variants[1].marlin_moe, call, quant_type_id)
+        errors += invariant_violations(obs, call)
+        if rule is not None and obs["kernel_block_size"] != (want := contract_rule(contract, call, setting_env)):
+            errors.append(f"{_where(call)}: block size {obs['kernel_block_size']}, {contract.name} says {want}")
+    label = "batched candidate" + ("" if setting == contracts.DEFAULT_SETTING else f" {setting}")
+    record_property(COUNT_PROPERTY, {label: len(CALLS)})
+    assert not errors, f"{len(errors)} of {len(CALLS)} batched cases break the invariants or the contract:\n" + (
+        "\n".join(errors[:20]))  # fmt: skip
+
+
+def test_batched_arguments_are_the_base_unless_declared(default_setting, contract, variants, quant_type_id):
+    """A change that does not declare the batched path (#48144 does not) leaves every kernel argument alone."""
+    if contracts.may_change(contract, "batched"):
+        pytest.skip(f"the batched path may change ({contract.name if contract else 'no contract'})")
     base, cand = (v.marlin_moe for v in variants)
     errors = []
-    for e, cap, load, dtype in GRID:
-        a, b = (observe(m, e, cap, load, dtype, quant_type_id)["kernel_args"] for m in (base, cand))
-        errors += [
-            f"E={e} capacity={cap} load={load}: {k} differs" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
-        ]
+    for call in CALLS:
+        a, b = (observe(m, call, quant_type_id)["kernel_args"] for m in (base, cand))
+        errors += [f"{_where(call)}: {k} differs" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     assert not errors, "the batched path changed:\n" + "\n".join(errors[:20])
 
 
@@ -118,3 +184,4 @@ def test_the_batched_rule_in_the_spec():
     assert [spec.batched_block_size_m(c) for c in (1, 7, 8, 14, 15, 28, 29, 43, 44, 57, 58, 1024)] == [
         8, 8, 16, 16, 32, 32, 48, 48, 64, 64, 64, 64]  # fmt: skip
     assert spec.batched_block_size_m(1, input_itemsize=1) == 16
+    assert len(DIRECT) == 594 and len(APPLY) == 972

@@ -231,3 +231,63 @@ def test_tokens_routed_only_to_other_ranks_give_zero(variants):
             expert_map=view.expert_map,
         )  # fmt: skip
         assert torch.equal(got, torch.zeros_like(got)), f"{v.name}: non-zero output for tokens of other ranks"
+
+
+# The batched path (DeepEP low latency): tokens grouped per expert and padded to a capacity, through vLLM's
+# BatchedMarlinExperts.apply. (shape, tokens, capacity, dispatchers): a capacity far above the load makes
+# the capacity rule pick 64 while a load-based rule (#56744-like) picks a small tile; dispatchers only
+# enter the tile choice (each rank here holds every expert: G == E).
+BATCHED_CASES = [
+    ("qwen3-30b-a3b-like", 1, 256, 8),
+    ("qwen3-30b-a3b-like", 37, 256, 8),
+    ("qwen3-30b-a3b-like", 200, 256, 1),
+    ("deepseek-v3-like", 16, 128, 8),
+    ("odd-small", 9, 64, 1),
+    ("odd-small", 150, 160, 4),
+]
+
+
+@pytest.mark.parametrize(("shape_name", "tokens", "capacity", "dispatchers"), BATCHED_CASES)
+def test_batched_path_matches_reference_and_unbatched(shape_name, tokens, capacity, dispatchers, variants, metric):
+    """Each build's batched output, router-weighted per token, against the float32 reference and against the
+    same build's fused_marlin_moe on the same tokens; padding rows never reach the result."""
+    shape, dtype = SHAPES[shape_name], torch.bfloat16
+    experts = experts_for(shape_name, "gptq-int4-g128", "bf16")
+    routing = mc.route(tokens, shape, dtype, seed=SEED + tokens)
+    batched = mc.batched_by_expert(routing.hidden, routing.topk_ids, shape.experts, capacity)
+    batched.hidden[batched.rows < 0] = float("nan")  # padding: must not reach any valid row
+    expected = _ref(experts, routing)
+    for v in variants:
+        caller = mc.batched_experts(experts, num_dispatchers=dispatchers, max_num_tokens=capacity)
+        out = mc.call_batched(v.marlin_moe, caller, experts.w1, experts.w2, batched,
+                              global_num_experts=shape.experts, topk_weights=routing.topk_weights)  # fmt: skip
+        assert out.shape == batched.hidden.shape, f"{v.name}: batched output shape {tuple(out.shape)}"
+        got = mc.combine_batched(out, batched, routing.topk_weights, tokens)
+        err = rel_l2(got, expected)
+        metric("batched_vs_reference_rel_l2", err, REFERENCE_BOUND[dtype])
+        assert err < REFERENCE_BOUND[dtype], f"{v.name}: batched path rel L2 {err:.2e} vs the float32 reference"
+        unbatched = mc.call_moe(v.marlin_moe, experts, routing, global_num_experts=NON_EP, expert_map=None)
+        spread = rel_l2(got, unbatched)
+        metric("batched_vs_unbatched_rel_l2", spread, CONSISTENCY_BOUND[dtype])
+        assert spread < CONSISTENCY_BOUND[dtype], f"{v.name}: batched vs fused_marlin_moe rel L2 {spread:.2e}"
+
+
+def test_batched_every_block_size_is_equivalent(variants, metric):
+    """The batched path gives the same numbers whatever tile it is forced to."""
+    shape, dtype = SHAPES["qwen3-30b-a3b-like"], torch.bfloat16
+    experts = experts_for(shape.name, "gptq-int4-g128", "bf16")
+    routing = mc.route(48, shape, dtype, seed=SEED)
+    batched = mc.batched_by_expert(routing.hidden, routing.topk_ids, shape.experts, 96)
+    module = variants[1].marlin_moe
+    caller = mc.batched_experts(experts, num_dispatchers=1, max_num_tokens=96)
+    outs = {}
+    for bm in BLOCK_SIZES_M:
+        with mc.forced_block_size(module, bm):
+            out = mc.call_batched(module, caller, experts.w1, experts.w2, batched, global_num_experts=shape.experts)
+        outs[bm] = mc.combine_batched(out, batched, routing.topk_weights, 48)
+    expected = _ref(experts, routing)
+    for bm, got in outs.items():
+        err = rel_l2(got, expected)
+        metric("batched_block_size_vs_reference_rel_l2", err, REFERENCE_BOUND[dtype])
+        assert err < REFERENCE_BOUND[dtype], f"batched, block_size_m={bm}: rel L2 {err:.2e} vs reference"
+        assert rel_l2(got, outs[8]) < CONSISTENCY_BOUND[dtype], f"batched, block_size_m={bm} differs from 8"

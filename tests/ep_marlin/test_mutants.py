@@ -1,6 +1,6 @@
 """Mutation check of the CPU tier: deliberately wrong candidates must be caught.
 
-Each mutant in ci/patches/mutants/ is built into its own candidate tree from the base tree
+Each mutant in ci/changes/marlin-ep-m-estimate/mutants/ is built into its own candidate tree from the base tree
 and run through the same checks as the real candidate; each must fail the check it breaks.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ci.build import PATCHES_DIR, BuildOptions, Release, build_trees
+from ci.build import MUTANTS_DIR, BuildOptions, Release, build_trees
 from ci.variants import ENTRY_MODULE, load_tree_module
 from tests.ep_marlin import cpu_harness as h
 
@@ -33,7 +33,7 @@ def mutant_modules(trees, tmp_path_factory):
     modules = {}
     for name in MUTANTS:
         out = tmp_path_factory.mktemp(name)
-        built = build_trees(BuildOptions(patch=PATCHES_DIR / "mutants" / f"{name}.patch", out=out), release=release)
+        built = build_trees(BuildOptions(patch=MUTANTS_DIR / f"{name}.patch", out=out), release=release)
         modules[name] = load_tree_module(built.candidate, ENTRY_PATH)
     return modules
 

@@ -1,0 +1,81 @@
+"""Mutation check of the contracts: a wrong version of each shipped change must fail the CPU tier's checks
+under that change's contract (and the change itself must pass the same checks).
+
+Each change of ``ci/changes/`` with a ``mutants/`` folder is built into a candidate tree from the base
+tree, beside each of its mutants; the checks are the ones the CPU tier runs (``test_block_size_selection``
+and ``test_batched_path``), under the contract setting named here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ci.build import CHANGES_DIR, BuildOptions, Release, build_trees
+from ci.contracts import load_contract
+from ci.variants import ENTRY_MODULE, load_modules, module_name
+from tests.ep_marlin import cpu_harness as h
+from tests.ep_marlin import test_batched_path as tb
+
+WRITTEN_FOR = "0.25.1"
+# (change, mutant, contract setting, check): the check that must catch the mutant
+MUTANTS = [
+    ("block-size-override", "override-below-16-for-1-byte", "override-8", "fused"),
+    ("batched-tile-from-load", "load-without-dispatchers", "default", "batched"),
+]
+FUSED_SAMPLE = [(8, ep, topk) for ep in (None, 4) for topk in (2, 8)]
+
+
+def _candidate(trees, patch, out):
+    release = Release(version=trees.manifest.vllm_version, root=trees.base, source="base tree")
+    built = build_trees(BuildOptions(patch=patch, contract="none", out=out), release=release)
+    names = [module_name(c.path) for c in built.manifest.changed_files]
+    return load_modules(built.candidate, [*names, ENTRY_MODULE] if ENTRY_MODULE not in names else names)[ENTRY_MODULE]
+
+
+@pytest.fixture(scope="module")
+def built(trees, tmp_path_factory):
+    if trees.manifest.vllm_version != WRITTEN_FOR or trees.manifest.reverse:
+        pytest.skip(f"the changes and their mutants are written against vLLM {WRITTEN_FOR} (forward)")
+    modules = {}
+    for change, mutant, _, _ in MUTANTS:
+        folder = CHANGES_DIR / change
+        if change not in modules:
+            modules[change] = _candidate(trees, folder / "change.patch", tmp_path_factory.mktemp(change))
+        modules[mutant] = _candidate(trees, folder / "mutants" / f"{mutant}.patch", tmp_path_factory.mktemp(mutant))
+    return modules
+
+
+def _errors(module, contract, env, check, quant_type_id, expert_map_fn) -> list[str]:
+    errors = []
+    if check == "fused":
+        for e, ep, topk in FUSED_SAMPLE:
+            for case in h.cases_for(e, ep, topk):
+                obs = h.observe(module, case, h.make_inputs(case, expert_map_fn), quant_type_id)
+                errors += h.invariant_violations(obs, case)
+                want = contract.fused_block_size_m(m=case.m, topk=case.topk, local_experts=case.local_experts,
+                                                   global_experts=case.global_experts,
+                                                   input_itemsize=case.input_itemsize, env=env)  # fmt: skip
+                errors += h.rule_mismatches(obs, case, want, contract.name)
+    else:
+        for call in tb.CALLS:
+            obs = tb.observe(module, call, quant_type_id)
+            errors += tb.invariant_violations(obs, call)
+            if obs["kernel_block_size"] != tb.contract_rule(contract, call, env):
+                errors.append(f"{tb._where(call)}: not the contract's tile")
+    return errors
+
+
+@pytest.mark.parametrize(("change", "mutant", "setting_name", "check"), MUTANTS, ids=[m[1] for m in MUTANTS])
+def test_contract_catches_the_mutant_and_passes_the_change(
+    change, mutant, setting_name, check, built, monkeypatch, quant_type_id, expert_map_fn
+):
+    contract = load_contract(CHANGES_DIR / change / "contract.py")
+    env = contract.settings[setting_name]
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert not _errors(built[change], contract, env, check, quant_type_id, expert_map_fn), (
+        f"the change {change} itself fails its contract under {setting_name}"
+    )
+    assert _errors(built[mutant], contract, env, check, quant_type_id, expert_map_fn), (
+        f"mutant {mutant} passed the {check} checks of {change}'s contract ({setting_name}): they cannot see this bug"
+    )

@@ -141,6 +141,7 @@ class CaseRunner:
         self.view = mc.rank_view(case.experts, case.ep, 0)
         self.experts = experts
         self.shape = shape
+        self._callers: dict[int, object] = {}  # batched path: one BatchedMarlinExperts stand-in per build
         self.inputs = self._route(block=0)
 
     def _route(self, block: int) -> list:
@@ -162,8 +163,10 @@ class CaseRunner:
 
     def call(self, module, routing):
         if self.case.path == "batched":
-            caller = self.mc.batched_experts(self.experts, num_dispatchers=self.case.ep,
-                                             max_num_tokens=BATCHED_MAX_TOKENS)  # fmt: skip
+            caller = self._callers.get(id(module))
+            if caller is None:
+                caller = self._callers[id(module)] = self.mc.batched_experts(
+                    module, self.experts, num_dispatchers=self.case.ep, max_num_tokens=BATCHED_MAX_TOKENS)  # fmt: skip
             return self.mc.call_batched(module, caller, self.experts.w1, self.experts.w2, routing,
                                         global_num_experts=self.case.global_num_experts)  # fmt: skip
         return self.mc.call_moe(

@@ -85,7 +85,7 @@ def observe(module, call: dict, quant_type_id: int) -> dict:
         else:
             g = e * call["dispatchers"]
             topk_ids = torch.randint(0, g, (call["tokens"], call["topk"]), generator=gen, dtype=torch.int32)
-            caller = mc.batched_experts(w, num_dispatchers=call["dispatchers"], max_num_tokens=cap,
+            caller = mc.batched_experts(module, w, num_dispatchers=call["dispatchers"], max_num_tokens=cap,
                                         input_dtype=call["dtype"])  # fmt: skip
             batched = mc.Batched(hidden=hidden, counts=counts, rows=None, slots=None, topk_ids=topk_ids)
             out = mc.call_batched(module, caller, w.w1, w.w2, batched, global_num_experts=g)

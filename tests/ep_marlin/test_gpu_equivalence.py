@@ -258,7 +258,7 @@ def test_batched_path_matches_reference_and_unbatched(shape_name, tokens, capaci
     batched.hidden[batched.rows < 0] = float("nan")  # padding: must not reach any valid row
     expected = _ref(experts, routing)
     for v in variants:
-        caller = mc.batched_experts(experts, num_dispatchers=dispatchers, max_num_tokens=capacity)
+        caller = mc.batched_experts(v.marlin_moe, experts, num_dispatchers=dispatchers, max_num_tokens=capacity)
         out = mc.call_batched(v.marlin_moe, caller, experts.w1, experts.w2, batched,
                               global_num_experts=shape.experts, topk_weights=routing.topk_weights)  # fmt: skip
         assert out.shape == batched.hidden.shape, f"{v.name}: batched output shape {tuple(out.shape)}"
@@ -279,7 +279,7 @@ def test_batched_every_block_size_is_equivalent(variants, metric):
     routing = mc.route(48, shape, dtype, seed=SEED)
     batched = mc.batched_by_expert(routing.hidden, routing.topk_ids, shape.experts, 96)
     module = variants[1].marlin_moe
-    caller = mc.batched_experts(experts, num_dispatchers=1, max_num_tokens=96)
+    caller = mc.batched_experts(module, experts, num_dispatchers=1, max_num_tokens=96)
     outs = {}
     for bm in BLOCK_SIZES_M:
         with mc.forced_block_size(module, bm):

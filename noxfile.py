@@ -150,10 +150,10 @@ def _install_vllm_deps(session: nox.Session, args: SessionArgs, *, gpu: bool) ->
     return False
 
 
-def _build(session: nox.Session, args: SessionArgs, *, locked: bool = False) -> Path:
+def _build(session: nox.Session, args: SessionArgs, *, locked: bool = False, name: str | None = None) -> Path:
     """Build the trees. ``locked``: the session's venv holds the release from its hash lock, so the trees
     take that vLLM (no second, unverified download) and its version must be the one asked for."""
-    trees = Path(".gate") / "trees" / session.name
+    trees = Path(".gate") / "trees" / (name or session.name)
     argv = list(args.build_argv)
     if locked:
         argv[argv.index("--vllm") + 1] = "installed"
@@ -204,6 +204,35 @@ def tests(session: nox.Session) -> None:
     manifest = _build(session, args)
     workers = os.environ.get("GATE_TEST_WORKERS", "auto")
     session.run(_python(session), "-m", "pytest", "tests", "-n", workers, "--gate-manifest", str(manifest), *args.rest)
+
+
+# Releases the CPU tier follows besides the default one, each in its own environment, its dependencies read
+# from the release's own metadata (ci/release_deps.py): `nox -s "tests_release(release='0.33.0')"`.
+FOLLOWED_RELEASES = ("0.26.0", "0.33.0")
+
+
+@nox.session(default=False)
+@nox.parametrize("release", FOLLOWED_RELEASES)
+def tests_release(session: nox.Session, release: str) -> None:
+    """CPU tier on another vLLM release, in its own environment, with what that release requires."""
+    if any(a == "--vllm" or a.startswith("--vllm=") for a in session.posargs):
+        session.error(f"this session tests vLLM {release} (its environment is made for it): leave out --vllm")
+    args = parse_session_args(["--vllm", release, *session.posargs])
+    from ci.build import GATE_DIR, fetch_release
+    from ci.release_deps import metadata_of, write_requirements
+
+    unpacked = fetch_release(release, GATE_DIR / "cache")
+    deps = write_requirements(metadata_of(unpacked.root), GATE_DIR / "deps" / f"vllm-{release}.txt", version=release)
+    session.log(f"vLLM {release}'s dependencies for the CPU tier, from its Requires-Dist: {deps}")
+    torch_index = os.environ.get("GATE_TORCH_INDEX_URL")
+    torch = next(line for line in deps.read_text().splitlines() if line.startswith("torch"))
+    session.install(torch, *(["--index-url", torch_index] if torch_index else []))
+    test_txt = REQUIREMENTS / "test.txt"  # only the runner: the rest of test.txt pins numpy, releases pin their own
+    session.install("-r", str(deps), _pin(test_txt, "pytest"), _pin(test_txt, "pytest-xdist"))
+    manifest = _build(session, args, name=f"tests-vllm-{release}")
+    workers = os.environ.get("GATE_TEST_WORKERS", "auto")
+    session.run(_python(session), "-m", "pytest", "tests/ep_marlin", "-n", workers, "--gate-manifest", str(manifest),
+                *args.rest)  # fmt: skip
 
 
 @nox.session(default=False)

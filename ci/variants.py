@@ -114,9 +114,10 @@ def missing_module_message(module: str, version: str, tree: Path) -> str:
     package = PACKAGE_OF.get(top, top.replace("_", "-"))
     return (
         f"vLLM {version} (the trees in {tree.parent}) imports {module!r}, which this environment does not have "
-        f"(package {package!r}): the environment was made for another vLLM release. Install what vLLM {version} "
-        f"requires (`pip install {package}` for this one; the full list is the Requires-Dist of its wheel), or "
-        "test the release this environment was made for (requirements/cpu-tier.txt is the CPU tier's)"
+        f"(package {package!r}): the environment was made for another vLLM release. Run the CPU tier in an "
+        f"environment made from vLLM {version}'s own Requires-Dist: nox -s \"tests_release(release='{version}')\" "
+        "(add the release to FOLLOWED_RELEASES in noxfile.py if it is not listed), or `pip install "
+        f"{package}` here for this one module"
     )
 
 

@@ -18,12 +18,13 @@ import nox.command
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from ci.errors import ExitCode  # noqa: E402  (stdlib-only modules)
+from ci import outputs  # noqa: E402  (stdlib-only modules)
+from ci.errors import ExitCode  # noqa: E402
 from ci.gpu import NO_GPU_MESSAGE, query  # noqa: E402
 from ci.sessionargs import SessionArgs, parse_session_args  # noqa: E402
 
 nox.options.sessions = ["lint", "tests"]
-OUT = Path(".gate") / "out"
+OUT = Path(outputs.OUT_DIR)
 STAGE_STOP_S = 60  # after Ctrl-C or SIGTERM, a stage gets this long to stop its servers before SIGTERM/SIGKILL
 
 
@@ -265,14 +266,14 @@ def gpu_tests(session: nox.Session) -> None:
         str(n_gpus),
         "--gate-manifest",
         str(manifest),
-        f"--junitxml={out / 'junit.xml'}",
-        f"--gate-summary={out / 'summary.json'}",
+        f"--junitxml={out / outputs.SUITE_JUNIT}",
+        f"--gate-summary={out / outputs.SUITE_SUMMARY}",
         *args.rest,
         codes=PYTEST_CODES,
     )
 
 
-BENCH_RESULTS = OUT / "bench" / "kernel-results.json"
+BENCH_RESULTS = OUT / "bench" / outputs.KERNEL_RESULTS
 
 
 def _gpu_stage(session: nox.Session, module: str, results_name: str) -> None:
@@ -294,7 +295,7 @@ def bench(session: nox.Session) -> None:
 @nox.session(default=False)
 def error_rates(session: nox.Session) -> None:
     """The kernel gate's false alarms and detection on this GPU: A/A runs and injected slowdowns (README)."""
-    _gpu_stage(session, "ci.error_rates", "error-rates")
+    _gpu_stage(session, "ci.error_rates", outputs.ERROR_RATES)
 
 
 def _with_results(posargs: Sequence[str]) -> list[str]:
@@ -320,7 +321,7 @@ def update_baselines(session: nox.Session) -> None:
 @nox.session(default=False)
 def tpot(session: nox.Session) -> None:
     """End-to-end TPOT A/B: vllm serve (dummy weights, DP/EP over this host's GPUs) + vllm bench serve."""
-    _gpu_stage(session, "ci.tpot", "tpot-results.json")
+    _gpu_stage(session, "ci.tpot", outputs.TPOT_RESULTS)
 
 
 SURVIVORS = ROOT / "tests" / "mutation-survivors.txt"

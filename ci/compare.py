@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ci import baselines, evidence, report, stats, subjects
+from ci import baselines, evidence, outputs, report, stats, subjects
 from ci.cli import run_main
 from ci.errors import DataError, ExitCode, NoBaselineError
 from ci.jsonio import write_json
@@ -38,7 +38,7 @@ EXIT_CODES = {
     stats.Verdict.NO_BASELINE: ExitCode.NO_BASELINE,
     stats.Verdict.INCOMPLETE: ExitCode.INCOMPLETE,
 }
-OUTPUT_FILES = ("verdict.json", "report.md", "plot.png")
+OUTPUT_FILES = outputs.VERDICT
 
 
 @dataclass(kw_only=True)

@@ -204,7 +204,8 @@ def tests(session: nox.Session) -> None:
     _requirements(session, "test")
     manifest = _build(session, args)
     workers = os.environ.get("GATE_TEST_WORKERS", "auto")
-    session.run(_python(session), "-m", "pytest", "tests", "-n", workers, "--gate-manifest", str(manifest), *args.rest)
+    _stage(session, _python(session), "-m", "pytest", "tests", "-n", workers, "--gate-manifest", str(manifest),
+           *args.rest, codes=PYTEST_CODES)  # fmt: skip
 
 
 # Releases the CPU tier follows besides the default one, each in its own environment, its dependencies read
@@ -232,8 +233,19 @@ def tests_release(session: nox.Session, release: str) -> None:
     session.install("-r", str(deps), _pin(test_txt, "pytest"), _pin(test_txt, "pytest-xdist"))
     manifest = _build(session, args, name=f"tests-vllm-{release}")
     workers = os.environ.get("GATE_TEST_WORKERS", "auto")
-    session.run(_python(session), "-m", "pytest", "tests/ep_marlin", "-n", workers, "--gate-manifest", str(manifest),
-                *args.rest)  # fmt: skip
+    _stage(
+        session,
+        _python(session),
+        "-m",
+        "pytest",
+        "tests/ep_marlin",
+        "-n",
+        workers,
+        "--gate-manifest",
+        str(manifest),
+        *args.rest,
+        codes=PYTEST_CODES,
+    )  # exit 9 (a missing dependency) passes through
 
 
 @nox.session(default=False)

@@ -226,3 +226,21 @@ def test_a_dependency_the_release_imports_is_one_clear_error(tmp_path, monkeypat
                             str(trees.manifest_path), "tests/unit/test_spec.py"], capture_output=True, text=True,
                            cwd=Path(build.__file__).parents[1])  # fmt: skip
     assert tests.returncode == 9 and tests.stderr.count("imports 'cpuinfo_not_installed_here'") == 1, tests.stderr
+
+
+def test_a_change_is_picked_by_name_and_brings_its_contract(tmp_path):
+    assert build.patch_of(None, None) == build.DEFAULT_PATCH
+    assert build.patch_of("block-size-override", None) == build.CHANGES_DIR / "block-size-override" / "change.patch"
+    with pytest.raises(UsageError, match="give one"):
+        build.patch_of("block-size-override", tmp_path / "x.patch")
+    with pytest.raises(UsageError, match="the changes are batched-tile-from-load, block-size-override, marlin-ep"):
+        build.patch_of("nope", None)
+    opts = build.BuildOptions(patch=build.CHANGES_DIR / "block-size-override" / "change.patch")
+    assert build.resolve_contract(opts)["name"] == "block-size-override"
+    assert build.resolve_contract(build.BuildOptions(patch=opts.patch, contract="none")) is None
+    assert build.resolve_contract(build.BuildOptions(patch=tmp_path / "bare.patch")) is None  # none beside it
+    given = build.BuildOptions(patch=tmp_path / "bare.patch", contract=str(build.CHANGES_DIR / DEFAULT_CONTRACT))
+    assert build.resolve_contract(given)["rules"] == ["fused_block_size_m"]
+
+
+DEFAULT_CONTRACT = "marlin-ep-m-estimate/contract.py"

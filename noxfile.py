@@ -124,6 +124,17 @@ def _pin(requirements: Path, package: str) -> str:
     raise SystemExit(f"{requirements}: no {package}==X pin; add one")
 
 
+def _install_torch(session: nox.Session, requirement: str) -> None:
+    """torch first, from ``GATE_TORCH_INDEX_URL`` when set (a CPU build where PyPI's would be a CUDA one)."""
+    torch_index = os.environ.get("GATE_TORCH_INDEX_URL")
+    session.install(requirement, *(["--index-url", torch_index] if torch_index else []))
+
+
+def _pytest(session: nox.Session, manifest: Path, *args: str) -> None:
+    """pytest on the trees of ``manifest``, as a stage: its exit codes become the gate's (9 passes through)."""
+    _stage(session, _python(session), "-m", "pytest", "--gate-manifest", str(manifest), *args, codes=PYTEST_CODES)
+
+
 def _install_vllm_deps(session: nox.Session, args: SessionArgs, *, gpu: bool) -> bool:
     """What importing vLLM needs; vLLM itself comes from the trees that ci.build makes. For a GPU session
     with a hash lock for the release (requirements/gpu-vllm-<release>.lock: vLLM, its dependencies and
@@ -145,8 +156,7 @@ def _install_vllm_deps(session: nox.Session, args: SessionArgs, *, gpu: bool) ->
         session.install(f"vllm=={args.vllm}")  # its full dependencies, the CUDA torch it pins included
         _requirements(session, "test")
         return False
-    torch_index = os.environ.get("GATE_TORCH_INDEX_URL")
-    session.install(_pin(CPU_TIER, "torch"), *(["--index-url", torch_index] if torch_index else []))
+    _install_torch(session, _pin(CPU_TIER, "torch"))
     session.install("-r", "requirements/cpu-tier.txt")
     return False
 
@@ -204,8 +214,7 @@ def tests(session: nox.Session) -> None:
     _requirements(session, "test")
     manifest = _build(session, args)
     workers = os.environ.get("GATE_TEST_WORKERS", "auto")
-    _stage(session, _python(session), "-m", "pytest", "tests", "-n", workers, "--gate-manifest", str(manifest),
-           *args.rest, codes=PYTEST_CODES)  # fmt: skip
+    _pytest(session, manifest, "tests", "-n", workers, *args.rest)
 
 
 # Releases the CPU tier follows besides the default one, each in its own environment, its dependencies read
@@ -226,26 +235,12 @@ def tests_release(session: nox.Session, release: str) -> None:
     unpacked = fetch_release(release, GATE_DIR / "cache")
     deps = write_requirements(metadata_of(unpacked.root), GATE_DIR / "deps" / f"vllm-{release}.txt", version=release)
     session.log(f"vLLM {release}'s dependencies for the CPU tier, from its Requires-Dist: {deps}")
-    torch_index = os.environ.get("GATE_TORCH_INDEX_URL")
-    torch = next(line for line in deps.read_text().splitlines() if line.startswith("torch"))
-    session.install(torch, *(["--index-url", torch_index] if torch_index else []))
+    _install_torch(session, next(line for line in deps.read_text().splitlines() if line.startswith("torch")))
     test_txt = REQUIREMENTS / "test.txt"  # only the runner: the rest of test.txt pins numpy, releases pin their own
     session.install("-r", str(deps), _pin(test_txt, "pytest"), _pin(test_txt, "pytest-xdist"))
     manifest = _build(session, args, name=f"tests-vllm-{release}")
     workers = os.environ.get("GATE_TEST_WORKERS", "auto")
-    _stage(
-        session,
-        _python(session),
-        "-m",
-        "pytest",
-        "tests/ep_marlin",
-        "-n",
-        workers,
-        "--gate-manifest",
-        str(manifest),
-        *args.rest,
-        codes=PYTEST_CODES,
-    )  # exit 9 (a missing dependency) passes through
+    _pytest(session, manifest, "tests/ep_marlin", "-n", workers, *args.rest)
 
 
 @nox.session(default=False)
@@ -265,24 +260,9 @@ def gpu_tests(session: nox.Session) -> None:
     locked = _install_vllm_deps(session, args, gpu=True)
     manifest = _build(session, args, locked=locked)
     out = _out(session, args)
-    _stage(
-        session,
-        _python(session),
-        "-m",
-        "pytest",
-        "tests/ep_marlin",
-        "-m",
-        "gpu",
-        "--require-gpu",
-        "-n",
-        str(n_gpus),
-        "--gate-manifest",
-        str(manifest),
-        f"--junitxml={out / outputs.SUITE_JUNIT}",
-        f"--gate-summary={out / outputs.SUITE_SUMMARY}",
-        *args.rest,
-        codes=PYTEST_CODES,
-    )
+    _pytest(session, manifest, "tests/ep_marlin", "-m", "gpu", "--require-gpu", "-n", str(n_gpus),
+            f"--junitxml={out / outputs.SUITE_JUNIT}", f"--gate-summary={out / outputs.SUITE_SUMMARY}",
+            *args.rest)  # fmt: skip
 
 
 BENCH_RESULTS = OUT / "bench" / outputs.KERNEL_RESULTS

@@ -306,22 +306,18 @@ def combine_batched(out: torch.Tensor, batched: Batched, topk_weights: torch.Ten
     return total
 
 
-def _standin_class(module: ModuleType) -> type:
-    """A subclass of ``module``'s ``BatchedMarlinExperts`` whose instances need no ``__init__`` (building a real
-    one needs a whole model config): what ``apply`` reads is set on each instance, its methods are vLLM's
-    own, and an attribute a release adds (e.g. ``activation_config`` in 0.33.0) reads as None, its default."""
+def batched_experts(module: ModuleType, experts: Experts, *, num_dispatchers: int, max_num_tokens: int,
+                    input_dtype: torch.dtype | None = None):  # fmt: skip
+    """A ``BatchedMarlinExperts`` of ``module`` holding ``experts``, made without its ``__init__`` (building a real
+    one needs a whole model config): the values ``apply`` reads shadow the class's properties of the same name
+    (quant_type_id, w1_scale, ...), its methods are vLLM's own, and an attribute a release adds (e.g.
+    ``activation_config`` in 0.33.0) reads as None, its default."""
 
     def missing(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
         return None
 
-    return type("BatchedMarlinExpertsStandIn", (module.BatchedMarlinExperts,), {"__getattr__": missing})
-
-
-def batched_experts(module: ModuleType, experts: Experts, *, num_dispatchers: int, max_num_tokens: int,
-                    input_dtype: torch.dtype | None = None):  # fmt: skip
-    """A ``BatchedMarlinExperts`` of ``module`` holding ``experts``, made without its ``__init__``."""
     values = dict(
         w1_bias=None, w2_bias=None, w1_scale=experts.s1, w2_scale=experts.s2,
         quant_type_id=experts.quant_type_id, a1_gscale=None, a2_gscale=None,
@@ -331,8 +327,7 @@ def batched_experts(module: ModuleType, experts: Experts, *, num_dispatchers: in
         gemm1_clamp_limit=None, gemm1_alpha=1.0, gemm1_beta=0.0,
         num_dispatchers=num_dispatchers, max_num_tokens=max_num_tokens,
     )  # fmt: skip
-    # the values shadow the class's properties of the same name (quant_type_id, w1_scale, ...)
-    cls = type("BatchedMarlinExpertsStandIn", (_standin_class(module),), values)
+    cls = type("BatchedMarlinExpertsStandIn", (module.BatchedMarlinExperts,), {**values, "__getattr__": missing})
     return object.__new__(cls)
 
 

@@ -15,6 +15,7 @@ from ci.contracts import load_contract
 from ci.variants import ENTRY_MODULE, load_modules, module_name
 from tests.ep_marlin import cpu_harness as h
 from tests.ep_marlin import test_batched_path as tb
+from tests.ep_marlin import test_block_size_selection as tbs
 
 WRITTEN_FOR = "0.25.1"
 # (change, mutant, contract setting, check): the check that must catch the mutant
@@ -52,10 +53,7 @@ def _errors(module, contract, env, check, quant_type_id, expert_map_fn) -> list[
             for case in h.cases_for(e, ep, topk):
                 obs = h.observe(module, case, h.make_inputs(case, expert_map_fn), quant_type_id)
                 errors += h.invariant_violations(obs, case)
-                want = contract.fused_block_size_m(m=case.m, topk=case.topk, local_experts=case.local_experts,
-                                                   global_experts=case.global_experts,
-                                                   input_itemsize=case.input_itemsize, env=env)  # fmt: skip
-                errors += h.rule_mismatches(obs, case, want, contract.name)
+                errors += h.rule_mismatches(obs, case, tbs.rule_value(contract, case, env), contract.name)
     else:
         for call in tb.CALLS:
             obs = tb.observe(module, call, quant_type_id)

@@ -60,6 +60,17 @@ PYTEST_CODES = {1: int(ExitCode.FAILED), 2: 130, 3: int(ExitCode.INTERNAL), 4: i
                 5: int(ExitCode.USAGE)}  # fmt: skip
 
 
+def stage_code(returned: object, codes: dict[int, int] | None = None) -> int:
+    """The exit code nox passes on for a stage's return code: the stage's own (``codes`` translates a tool's),
+    or 128 + N for a stage killed by signal N (137: SIGKILL, e.g. out of memory), as a shell reports it;
+    never 1, the FAIL code, for a stage that did not say FAIL."""
+    if not isinstance(returned, int) or returned == 0:
+        return int(ExitCode.INTERNAL)  # nox raised without a code: not a verdict
+    if returned < 0:
+        return 128 - returned
+    return (codes or {}).get(returned, returned)
+
+
 def _stage(session: nox.Session, *args: str, codes: dict[int, int] | None = None) -> None:
     """Run a stage of the gate and keep its exit code: PASS 0, FAIL 1, INCONCLUSIVE 3, NO_BASELINE 4,
     INCOMPLETE 10, ... (README: the codes are the gate's API). nox alone would turn each into 1.
@@ -67,8 +78,7 @@ def _stage(session: nox.Session, *args: str, codes: dict[int, int] | None = None
     try:
         session.run(*args, interrupt_timeout=STAGE_STOP_S, terminate_timeout=10)
     except nox.command.CommandFailed as exc:
-        code = exc.return_code if isinstance(exc.return_code, int) and exc.return_code > 0 else 1
-        code = (codes or {}).get(code, code)
+        code = stage_code(exc.return_code, codes)
         session.log(f"{' '.join(args[1:3])} exited with code {code}: nox exits with it too")
         raise SystemExit(code) from None  # not an Exception: nox lets it through, with the stage's code
 
@@ -191,18 +201,37 @@ def _require_gpu(session: nox.Session) -> int:
     return len(gpus)
 
 
+def workflow_files() -> tuple[list[str], list[str]]:
+    """(workflows, action definitions) of the repository, as paths relative to it: every one is audited."""
+    github = ROOT / ".github"
+    workflows = sorted(str(p.relative_to(ROOT)) for d in ("workflows", "examples") for p in (github / d).glob("*.yml"))
+    actions = sorted(
+        str(p.relative_to(ROOT)) for d in ("act-standins", "actions") for p in (github / d).glob("*/action.yml")
+    )
+    return workflows, actions
+
+
+def _zizmor(session: nox.Session, *args: str, inputs: Sequence[str]) -> None:
+    """zizmor over ``inputs``, failing on a finding and on an input it did not audit (a folder it collects
+    nothing from gives "no inputs collected" and no error)."""
+    out = session.run("zizmor", "--offline", "--strict-collection", *args, *inputs, silent=True) or ""
+    session.log(out.strip())
+    audited = {line.rsplit("completed ", 1)[1].strip() for line in out.splitlines() if "completed " in line}
+    missed = sorted(set(inputs) - audited)
+    if missed:
+        session.error(f"zizmor did not audit {', '.join(missed)}: check the file is a workflow or action")
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Ruff over the code; zizmor and the GitHub JSON schemas over the workflows."""
+    """Ruff over the code; zizmor and the GitHub JSON schemas over every workflow, example and action."""
     _install(session, "-r", "requirements/lint.txt")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    workflows = [".github/workflows", ".github/examples"]
-    session.run("zizmor", "--offline", *workflows)
-    session.run("zizmor", "--offline", "--persona=auditor", *workflows)  # the self-hosted-runner audits too
-    files = sorted(str(p) for d in workflows for p in (ROOT / d).glob("*.yml"))
-    session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *files)
-    actions = sorted(str(p) for d in ("act-standins", "actions") for p in (ROOT / ".github" / d).glob("*/*.yml"))
+    workflows, actions = workflow_files()
+    _zizmor(session, inputs=[*workflows, *actions])
+    _zizmor(session, "--persona=auditor", inputs=[*workflows, *actions])  # the self-hosted-runner audits too
+    session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *workflows)
     session.run("check-jsonschema", "--builtin-schema", "vendor.github-actions", *actions)
 
 
@@ -233,7 +262,11 @@ def tests_release(session: nox.Session, release: str) -> None:
     from ci.release_deps import metadata_of, write_requirements
 
     unpacked = fetch_release(release, GATE_DIR / "cache")
-    deps = write_requirements(metadata_of(unpacked.root), GATE_DIR / "deps" / f"vllm-{release}.txt", version=release)
+    try:
+        deps = write_requirements(metadata_of(unpacked.root), GATE_DIR / "deps" / f"vllm-{release}.txt",
+                                  version=release)  # fmt: skip
+    except ValueError as exc:  # e.g. a URL requirement: never installed
+        session.error(f"vLLM {release}'s metadata: {exc}")
     session.log(f"vLLM {release}'s dependencies for the CPU tier, from its Requires-Dist: {deps}")
     _install_torch(session, next(line for line in deps.read_text().splitlines() if line.startswith("torch")))
     test_txt = REQUIREMENTS / "test.txt"  # only the runner: the rest of test.txt pins numpy, releases pin their own

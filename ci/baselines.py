@@ -28,11 +28,11 @@ from ci.jsonio import dumps
 from ci.results import BenchResults, load_results
 
 DEFAULT_DIR = Path("baselines")
-SUITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SUITE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # fullmatch: "default\n" is no suite name
 
 
 def baseline_path(results: BenchResults, root: Path = DEFAULT_DIR) -> Path:
-    if not SUITE_NAME.match(results.suite) or ".." in results.suite:
+    if not SUITE_NAME.fullmatch(results.suite) or ".." in results.suite:
         raise DataError(
             f"suite {results.suite!r} is not a plain name (letters, digits, '.', '_', '-'): "
             "a baseline's file name comes from it; re-create the results with a stage of this gate"
@@ -80,6 +80,14 @@ def record(results_path: Path, root: Path = DEFAULT_DIR, *, force: bool = False)
     path = baseline_path(results, root)
     if path.exists() and not force:
         raise UsageError(f"{path} exists; pass --force to replace it (the old one is kept in git history)")
+    if path.exists():
+        dropped = sorted({c.id for c in load_results(path, kind=results.kind).cases} - {c.id for c in results.cases})
+        if dropped:
+            raise UsageError(
+                f"{path}: {results_path} lacks {len(dropped)} of the stored baseline's cases "
+                f"({evidence.shown(dropped)}): --force replaces a baseline, it never shrinks one. If the suite "
+                "dropped those cases on purpose, remove the old file (git rm) and record again"
+            )
     _write_exclusive(path, dumps(results.to_json()) + "\n", replace=force)
     return path
 

@@ -40,10 +40,11 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ci import patching
+from ci import patching, treediff
 from ci.cli import run_main
 from ci.errors import DataError, MissingDependencyError, PatchError, UsageError
 from ci.jsonio import read_json, write_json
+from ci.treediff import FileChange
 
 DEFAULT_VLLM = "0.25.1"
 CHANGES_DIR = Path(__file__).resolve().parent / "changes"  # <name>/change.patch and, optionally, contract.py
@@ -52,10 +53,11 @@ DEFAULT_PATCH = CHANGES_DIR / DEFAULT_CHANGE / "change.patch"
 MUTANTS_DIR = CHANGES_DIR / DEFAULT_CHANGE / "mutants"
 GATE_DIR = Path(".gate")
 DEFAULT_BASE_REF = "origin/main"
+CHANGE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # a folder of ci/changes/, never a path
 REFS_MARKER = ".gate-refs"  # in every folder the builder exported a ref into
 TREES_MARKER = ".gate-trees"  # in every --out folder the builder made: the only kind it will ever replace
 MANIFEST_KIND = "vllm-trees"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: changed_files is what differs between the trees (ci.treediff), each with its kind
 _VERSION_RE = re.compile(r"^\d+\.\d+\.\d+([.+\-\w]*)$")
 _VERSION_FILE_RE = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""")
 
@@ -70,13 +72,6 @@ class Release:
 
 
 @dataclass(frozen=True, kw_only=True)
-class FileChange:
-    path: str
-    sha256_before: str | None
-    sha256_after: str | None
-
-
-@dataclass(frozen=True, kw_only=True)
 class TreeManifest:
     """What was built: read by the test, bench and TPOT stages (paths relative to the manifest)."""
 
@@ -87,7 +82,7 @@ class TreeManifest:
     reverse: bool
     base: str
     candidate: str
-    changed_files: tuple[FileChange, ...]
+    changed_files: tuple[FileChange, ...]  # what differs between the two trees (ci.treediff)
     ignored_patch_paths: tuple[str, ...] = ()
     overlaid_files: tuple[str, ...] = ()
     refs: dict | None = None  # --head-ref: the refs, their commits and the files the branch changes
@@ -295,25 +290,38 @@ class BuildOptions:
 
 
 def _export_vllm(repo: Path, commit: str, dest: Path) -> None:
-    """``vllm/`` of ``repo`` at ``commit`` into ``dest`` (``git archive``), a folder only the builder writes."""
-    import tarfile
+    """``vllm/`` of ``repo`` at ``commit`` into ``dest``, a folder only the builder writes: the blobs as git
+    stores them (no ``.gitattributes`` export-ignore, export-subst or filters), files only."""
+    from ci import refpatch
 
+    listing = refpatch.git_bytes(repo, "ls-tree", "-r", "-z", "--full-tree", commit, "--", patching.PATCHED_PREFIX)
+    entries = []
+    for entry in filter(None, listing.split(b"\0")):
+        meta, _, raw_path = entry.partition(b"\t")
+        mode, kind, sha = meta.decode().split()
+        path = raw_path.decode("utf-8", errors="replace")
+        if kind != "blob" or mode not in ("100644", "100755"):
+            raise PatchError(f"{path} at {commit[:12]} of {repo} is not a file (mode {mode}: a link or a submodule): "
+                             "the gate tests files only; replace it by the file it names")  # fmt: skip
+        entries.append((raw_path.decode("utf-8", errors="surrogateescape"), sha, mode))
     if dest.exists():
         if not (dest / REFS_MARKER).is_file():
             raise UsageError(f"{dest}: exists and was not made by the builder (no {REFS_MARKER}); move it away")
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     (dest / REFS_MARKER).write_text(f"vllm/ of {repo} at {commit}, exported by python -m ci.build\n")
-    git = shutil.which("git")
-    if git is None:
-        raise MissingDependencyError("git is not on PATH: install git")
-    cmd = [git, "-C", str(repo), "archive", "--format=tar", commit, patching.PATCHED_PREFIX]
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
-        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-            tar.extractall(dest, filter="data")
-        err = proc.stderr.read().decode(errors="replace")
-    if proc.returncode != 0:
-        raise UsageError(f"git archive {commit} in {repo}: {err.strip() or 'failed'}")
+    # the blobs as stored: no .gitattributes (export-ignore, export-subst, filters) changes what is tested
+    wanted = b"".join(f"{sha}\n".encode() for _, sha, _ in entries)
+    blobs = refpatch.git_bytes(repo, "cat-file", "--batch", stdin=wanted)
+    at = 0
+    for rel, _, mode in entries:
+        target = dest / rel
+        header_end = blobs.index(b"\n", at)
+        size = int(blobs[at:header_end].split()[2])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(blobs[header_end + 1 : header_end + 1 + size])
+        target.chmod(0o755 if mode == "100755" else 0o644)
+        at = header_end + 1 + size + 1
 
 
 def resolve_refs(opts: BuildOptions) -> BuildOptions:
@@ -337,19 +345,11 @@ def resolve_refs(opts: BuildOptions) -> BuildOptions:
     return replace(opts, patch=patch, vllm_src=where / "base-src", refs={**info, "repo": str(opts.vllm_src)})
 
 
-def _made_by_builder(out: Path) -> bool:
-    """Trees of an earlier version of this builder (before the marker): a manifest of kind vllm-trees."""
-    try:
-        return read_json(out / "manifest.json", kind=MANIFEST_KIND, versions=(MANIFEST_VERSION,)) is not None
-    except DataError:
-        return False
-
-
 def _check_out_dir(out: Path) -> None:
     """``out`` may be replaced only if it is missing, empty, or trees this builder made (its marker)."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise UsageError(f"--out {out}: exists and is not a folder; pick a new folder (nothing was changed)")
-    if out.is_dir() and any(out.iterdir()) and not (out / TREES_MARKER).is_file() and not _made_by_builder(out):
+    if out.is_dir() and any(out.iterdir()) and not (out / TREES_MARKER).is_file():
         raise UsageError(
             f"--out {out}: the folder holds files the gate did not make (no {TREES_MARKER} in it); the builder "
             "replaces its --out folder, so pick a new or empty one (nothing was changed or deleted)"
@@ -368,9 +368,7 @@ def build_trees(opts: BuildOptions, *, release: Release | None = None) -> Trees:
     if opts.vllm_src is not None and not (opts.vllm_src / "vllm").is_dir():
         raise UsageError(f"--vllm-src {opts.vllm_src}: no vllm/ package in it; point it at a vLLM source checkout")
     contract = resolve_contract(opts)
-    files = patching.parse_patch(opts.patch.read_text(), source=str(opts.patch))
-    patching.check_touched_paths(opts.patch)
-    taken, ignored = patching.python_paths(files, source=str(opts.patch))
+    taken, ignored = patching.check_touched_paths(opts.patch)
     release = release or resolve_release(opts.vllm, opts.cache)
     slug = tree_slug(release.version, opts.patch, reverse=opts.reverse, src=opts.vllm_src is not None)
     out = (opts.out or GATE_DIR / "trees" / slug).absolute()
@@ -423,15 +421,8 @@ def _build_into(out: Path, opts: BuildOptions, release: Release, taken: list[str
     base, candidate = (patched_tree, release_tree) if reverse else (release_tree, patched_tree)
     base = base.rename(out / "base")
     candidate = candidate.rename(out / "candidate")
-    changes = tuple(
-        FileChange(path=p, sha256_before=_hash_or_none(base / p), sha256_after=_hash_or_none(candidate / p))
-        for p in taken
-    )
-    if all(c.sha256_before == c.sha256_after for c in changes):
-        raise PatchError(
-            f"{opts.patch} applied but changes the content of no file under vllm/ ({', '.join(taken)}): "
-            "the candidate would equal the base (a mode-only change?); nothing to test. Nothing was changed."
-        )
+    changes = tuple(treediff.differences(base, candidate))
+    check_changes(changes, opts.patch, candidate)
     manifest = TreeManifest(
         vllm_version=release.version,
         vllm_source=release.source + _overlay_label(opts),
@@ -454,12 +445,34 @@ def _build_into(out: Path, opts: BuildOptions, release: Release, taken: list[str
     return Trees(manifest_path=manifest_path, manifest=manifest, base=base, candidate=candidate)
 
 
+def check_changes(changes: Sequence[FileChange], patch: Path, candidate: Path) -> None:
+    """Refuse what the trees cannot test: a symbolic link the change puts into vLLM (it could name any file
+    of the host), a change of no file's content, and a module the in-process tiers would never load from
+    the candidate (``ci.variants.candidate_modules``: named, with the reason)."""
+    links = [c.path for c in changes if c.what == treediff.LINK]
+    if links:
+        targets = ", ".join(f"{p} -> {os.readlink(candidate / p)}" for p in links)
+        raise PatchError(f"{patch} puts symbolic links into vLLM ({targets}): the trees hold only files; "
+                         "commit the file itself. Nothing was changed.")  # fmt: skip
+    if all(c.what == treediff.MODE for c in changes):
+        what = ", ".join(c.path for c in changes) or "no file"
+        raise PatchError(
+            f"{patch} applied but changes the content of no file under vllm/ ({what}): the candidate would "
+            "equal the base (a mode-only change?); nothing to test. Nothing was changed."
+        )
+    from ci import variants
+
+    variants.candidate_modules(changes, candidate, source=str(patch))
+
+
 def load_trees(manifest_path: Path) -> Trees:
     """Read a manifest written by :func:`build_trees`; check the trees are still there."""
     payload = read_json(manifest_path, kind=MANIFEST_KIND, versions=(MANIFEST_VERSION,))
     payload = {k: v for k, v in payload.items() if k not in ("kind", "schema_version")}
     try:
         payload["changed_files"] = tuple(FileChange(**c) for c in payload["changed_files"])
+        if not all(isinstance(c.path, str) for c in payload["changed_files"]):
+            raise TypeError("a changed file's path is not a string")
         for key in ("ignored_patch_paths", "overlaid_files"):
             payload[key] = tuple(payload.get(key, ()))
         manifest = TreeManifest(**payload)
@@ -497,9 +510,12 @@ def patch_of(change: str | None, patch: Path | None) -> Path:
         raise UsageError(f"--change {change} and --patch {patch}: give one (a change is its folder's change.patch)")
     if not change:
         return patch or DEFAULT_PATCH
+    known = sorted(p.parent.name for p in CHANGES_DIR.glob("*/change.patch"))
     folder = CHANGES_DIR / change
+    if not CHANGE_NAME.fullmatch(change) or folder.resolve().parent != CHANGES_DIR:
+        raise UsageError(f"--change {change!r}: a change is named by its folder in ci/changes/ ({', '.join(known)}); "
+                         "for a patch file of your own use --patch FILE")  # fmt: skip
     if not (folder / "change.patch").is_file():
-        known = sorted(p.parent.name for p in CHANGES_DIR.glob("*/change.patch"))
         raise UsageError(f"--change {change}: no {folder}/change.patch; the changes are {', '.join(known)}")
     return folder / "change.patch"
 

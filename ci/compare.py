@@ -14,6 +14,8 @@ Usage: ``python -m ci.compare --results FILE [--mode ab|baseline] [--threshold 0
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import math
 import shutil
 import sys
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from ci import baselines, evidence, outputs, report, stats, subjects
 from ci.cli import run_main
-from ci.errors import DataError, ExitCode, NoBaselineError
+from ci.errors import DataError, ExitCode, NoBaselineError, UsageError
 from ci.jsonio import write_json
 from ci.results import BenchResults, CaseResult, load_results
 
@@ -39,6 +41,11 @@ EXIT_CODES = {
     stats.Verdict.INCOMPLETE: ExitCode.INCOMPLETE,
 }
 OUTPUT_FILES = outputs.VERDICT
+OUTPUTS_MARKER = ".gate-verdict"  # in --out: the files this stage wrote there, and their sha256
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @dataclass(kw_only=True)
@@ -159,10 +166,11 @@ def compare_baseline(
 ) -> GateReport:
     """This run's ``side`` build vs the same build in the stored baseline (unpaired)."""
     verdicts = _failed(results)
+    stored_cases = baseline.by_id()
     for case in results.cases:
         if side not in case.samples:
             continue  # a problem of the evidence (ci.evidence), reported as INCOMPLETE
-        stored = baseline.case(case.id)
+        stored = stored_cases.get(case.id)
         if stored is None or side not in stored.samples:
             verdicts.append(
                 CaseVerdict(
@@ -279,14 +287,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(EXIT_CODES[gate.overall])
 
 
+def _own_outputs(out_dir: Path) -> dict[str, str]:
+    """The files of ``out_dir`` this stage wrote in an earlier run (its marker), by name -> sha256."""
+    try:
+        recorded = json.loads((out_dir / OUTPUTS_MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+    files = recorded.get("files") if isinstance(recorded, dict) else None
+    if not isinstance(files, dict):
+        return {}
+    return {k: v for k, v in files.items() if k in OUTPUT_FILES and isinstance(v, str)}
+
+
 def _clear_outputs(out_dir: Path) -> None:
-    """Remove this stage's own files from an earlier run (never anything else in the folder)."""
-    for name in OUTPUT_FILES:
+    """Remove this stage's own files of an earlier run (its marker names them, with their sha256); a file of
+    that name the stage did not write, or that was changed since, is refused, and nothing is removed."""
+    own = _own_outputs(out_dir)
+    present = [n for n in OUTPUT_FILES if (out_dir / n).is_symlink() or (out_dir / n).exists()]
+    foreign = [n for n in present if (out_dir / n).is_symlink() or own.get(n) != sha256_file(out_dir / n)]
+    if foreign:
+        raise UsageError(
+            f"--out {out_dir}: {', '.join(foreign)} there {'was' if len(foreign) == 1 else 'were'} not written by "
+            "ci.compare (or changed since): the stage replaces only its own files; pick another --out folder "
+            "(nothing was removed)"
+        )
+    for name in own:
         (out_dir / name).unlink(missing_ok=True)
+    (out_dir / OUTPUTS_MARKER).unlink(missing_ok=True)
 
 
 def _write_outputs(out_dir: Path, gate: GateReport, results: BenchResults, markdown: str) -> bool:
-    """Write verdict, report and plot into a fresh folder beside ``out_dir``, then move them in together."""
+    """Write verdict, report and plot into a fresh folder beside ``out_dir``, then move them in together and
+    record them in the stage's marker (what the next run may replace)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".gate-", dir=out_dir))
     try:
@@ -294,9 +326,12 @@ def _write_outputs(out_dir: Path, gate: GateReport, results: BenchResults, markd
         (staging / "report.md").write_text(markdown)
         plot = report.plot(gate, results, staging / "plot.png") is not None
         _clear_outputs(out_dir)
+        written = {}
         for name in OUTPUT_FILES:
             if (staging / name).exists():
+                written[name] = sha256_file(staging / name)
                 (staging / name).replace(out_dir / name)
+        write_json(out_dir / OUTPUTS_MARKER, {"kind": "gate-outputs", "schema_version": 1, "files": written})
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return plot

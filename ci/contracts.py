@@ -15,18 +15,26 @@ Without a contract only the universal invariants are assumed: the non-EP path mu
 issue of #48144: callers without expert parallelism see no change), every other path may change, no exact
 rule is checked, and every report says so (``NO_CONTRACT``).
 
-A contract file is Python from this repository's ``ci/changes/`` (or a path given with ``--contract``):
-it is run in the test process, like the tests are.
+A contract is data with a few pure functions, not a program: it is read as Python, but only a small part
+of the language is accepted (:func:`check_source`: names bound to values, ``from ci import spec`` and
+``import math``, and functions of arithmetic, comparisons, ``spec``'s rules and the environment mapping they
+are given), and it runs with a short list of builtins, so it cannot reach the gate's own code, the file
+system or the process. Anything it raises while loading, ``SystemExit`` included, is a usage error naming
+the file (:class:`ContractError`, exit 2), never the gate's exit code.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import hashlib
-import importlib.util
+import math
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ci import spec
 from ci.errors import UsageError
 
 CONTRACT_FILE = "contract.py"
@@ -68,6 +76,95 @@ class Contract:
                 "describe": self.describe()}  # fmt: skip
 
 
+class ContractError(UsageError):
+    """A contract file that is not one: it says which file, which line and what to do."""
+
+
+# What a contract may use: modules by the name it imports them under, builtins, methods of the values it gets.
+MODULES = {"spec": spec, "math": math}
+IMPORTS = {("ci", "spec"), ("math", None)}  # from ci import spec; import math
+BUILTINS = ("abs", "all", "any", "bool", "dict", "divmod", "enumerate", "float", "int", "isinstance", "len", "list",
+            "max", "min", "range", "round", "set", "sorted", "str", "sum", "tuple", "zip", "ValueError", "TypeError",
+            "KeyError", "RuntimeError", "ArithmeticError", "ZeroDivisionError", "AssertionError")  # fmt: skip
+METHODS = frozenset({"get", "items", "keys", "values", "startswith", "endswith", "lower", "upper", "strip", "split",
+                     "isdigit", "count", "index"})  # fmt: skip
+TOP_LEVEL = (ast.Assign, ast.AnnAssign, ast.FunctionDef, ast.Import, ast.ImportFrom)
+REFUSED = (ast.Global, ast.Nonlocal, ast.ClassDef, ast.AsyncFunctionDef, ast.While, ast.With, ast.AsyncWith,
+           ast.Await, ast.Yield, ast.YieldFrom, ast.Delete, ast.Try, ast.Starred)  # fmt: skip
+
+
+def _refuse(path: Path, node: ast.AST, what: str) -> ContractError:
+    return ContractError(
+        f"{path}, line {getattr(node, 'lineno', '?')}: {what}. A contract holds only NAME = value lines, "
+        "`from ci import spec`, `import math` and rule functions of spec's rules and the env mapping they get "
+        "(ci/contracts.py)"
+    )
+
+
+def check_source(text: str, path: Path) -> ast.Module:
+    """The parsed contract, or a :class:`ContractError` naming the first construct it may not use."""
+    try:
+        tree = ast.parse(text, str(path))
+    except (SyntaxError, ValueError) as exc:
+        raise ContractError(f"{path}: not valid Python ({exc})") from exc
+    for i, node in enumerate(tree.body):
+        docstring = i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        if not (docstring or isinstance(node, TOP_LEVEL)):
+            raise _refuse(path, node, f"a {type(node).__name__} statement at the top level")
+        if isinstance(node, ast.Import) and [(a.name, a.asname) for a in node.names] != [("math", None)]:
+            raise _refuse(path, node, "an import other than `import math`")
+        if isinstance(node, ast.ImportFrom) and (node.level, node.module, [(a.name, a.asname) for a in node.names]) != (
+                0, "ci", [("spec", None)]):  # fmt: skip
+            raise _refuse(path, node, "an import other than `from ci import spec`")
+        if isinstance(node, ast.FunctionDef) and node.decorator_list:
+            raise _refuse(path, node, "a decorator")
+    for node in ast.walk(tree):
+        if isinstance(node, REFUSED):
+            raise _refuse(path, node, f"a {type(node).__name__} construct")
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and node not in tree.body:
+            raise _refuse(path, node, "an import inside a function")
+        if isinstance(node, ast.Name) and node.id.startswith("__"):
+            raise _refuse(path, node, f"the name {node.id}")
+        if isinstance(node, ast.Attribute):
+            _check_attribute(node, path)
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and not isinstance(node.value, ast.Name):
+            raise _refuse(path, node, "an assignment into something other than a local name")
+    return tree
+
+
+def _check_attribute(node: ast.Attribute, path: Path) -> None:
+    """``spec.rule`` or ``math.ceil`` (read, not a module), or a read-only method of a value (``env.get``)."""
+    if not isinstance(node.ctx, ast.Load):
+        raise _refuse(path, node, f"an assignment to the attribute {node.attr}")
+    if node.attr.startswith("_"):
+        raise _refuse(path, node, f"the attribute {node.attr}")
+    if isinstance(node.value, ast.Name) and node.value.id in MODULES:
+        value = getattr(MODULES[node.value.id], node.attr, None)
+        if value is None or isinstance(value, types.ModuleType):
+            raise _refuse(path, node, f"{node.value.id}.{node.attr}, which is not one of its rules or constants")
+    elif node.attr not in METHODS:
+        raise _refuse(path, node, f"the attribute {node.attr} (only {', '.join(sorted(METHODS))} of a value)")
+
+
+def _import(name, globals=None, locals=None, fromlist=(), level=0):
+    wanted = (name, fromlist[0] if fromlist else None)
+    if level == 0 and wanted in IMPORTS:
+        return __import__(name, fromlist=fromlist)
+    raise ImportError(f"a contract imports only ci.spec and math, not {name}")
+
+
+def _run(tree: ast.Module, path: Path) -> dict:
+    """The contract's names after running it with the short list of builtins; any exception, ``SystemExit``
+    and ``KeyboardInterrupt`` too, is a :class:`ContractError`."""
+    allowed = {name: getattr(builtins, name) for name in BUILTINS}
+    namespace = {"__builtins__": {**allowed, "__import__": _import}, "__name__": f"gate_contract_{path.parent.name}"}
+    try:
+        exec(compile(tree, str(path), "exec"), namespace)
+    except BaseException as exc:  # a contract is the user's input: whatever it raises, say where
+        raise ContractError(f"{path}: the contract failed to load: {type(exc).__name__}: {exc}") from None
+    return namespace
+
+
 PATHS = ("non_ep", "ep", "batched")  # the non-EP fused path, the EP fused path, the batched path
 
 
@@ -87,22 +184,25 @@ def beside(patch: Path) -> Path | None:
 
 
 def load_contract(path: Path) -> Contract:
-    """Run a contract file and check what it defines; every mistake is one error naming file and fix."""
+    """Read a contract file and check what it defines; every mistake is one error naming file and fix."""
+    if path.suffix != ".py":
+        raise ContractError(f"--contract {path}: a contract is a .py file (ci/changes/<name>/contract.py)")
     if not path.is_file():
-        raise UsageError(f"--contract {path}: no such file; give a contract.py, or 'none' to test without one")
-    spec = importlib.util.spec_from_file_location(f"gate_contract_{path.parent.name.replace('-', '_')}", path)
-    module = importlib.util.module_from_spec(spec)
+        raise ContractError(f"--contract {path}: no such file; give a contract.py, or 'none' to test without one")
+    text = path.read_bytes()
     try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # a broken contract is the user's input: say where
-        raise UsageError(f"{path}: the contract failed to load: {type(exc).__name__}: {exc}") from exc
+        source = text.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ContractError(f"{path}: not UTF-8 text ({exc})") from None
+    module = types.SimpleNamespace(**{k: v for k, v in _run(check_source(source, path), path).items()
+                                      if not k.startswith("__")})  # fmt: skip
     missing = [n for n in ("NAME", "UPSTREAM", "SUMMARY", *_FLAGS) if not hasattr(module, n)]
     if missing:
-        raise UsageError(f"{path}: the contract does not define {', '.join(missing)} (see ci/contracts.py)")
+        raise ContractError(f"{path}: the contract does not define {', '.join(missing)} (see ci/contracts.py)")
     flags = {n: getattr(module, n) for n in _FLAGS}
     not_bool = [n for n, v in flags.items() if not isinstance(v, bool)]
     if not_bool:
-        raise UsageError(f"{path}: {', '.join(not_bool)} must be True or False")
+        raise ContractError(f"{path}: {', '.join(not_bool)} must be True or False")
     settings = getattr(module, "SETTINGS", {DEFAULT_SETTING: {}})
     if (
         not isinstance(settings, dict)
@@ -112,19 +212,19 @@ def load_contract(path: Path) -> Contract:
             for v in settings.values()
         )
     ):
-        raise UsageError(
+        raise ContractError(
             f"{path}: SETTINGS must map names to {{variable: value}} strings, with a {DEFAULT_SETTING!r} one"
         )
     if settings[DEFAULT_SETTING]:
-        raise UsageError(f"{path}: SETTINGS[{DEFAULT_SETTING!r}] must be empty: it is what a user gets by default")
+        raise ContractError(f"{path}: SETTINGS[{DEFAULT_SETTING!r}] must be empty: it is what a user gets by default")
     rules = {r: getattr(module, r, None) for r in _RULES}
     bad = [r for r, f in rules.items() if f is not None and not callable(f)]
     if bad:
-        raise UsageError(f"{path}: {', '.join(bad)} must be a function")
+        raise ContractError(f"{path}: {', '.join(bad)} must be a function")
     return Contract(
         name=str(module.NAME),
         path=str(path),
-        sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        sha256=hashlib.sha256(text).hexdigest(),
         summary=str(module.SUMMARY),
         upstream=str(module.UPSTREAM),
         changes_non_ep=flags["CHANGES_NON_EP"],

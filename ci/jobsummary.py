@@ -39,15 +39,27 @@ MEANING = {
     ExitCode.INTERNAL: ("INTERNAL", "a bug of the gate itself"),
 }
 INTERRUPTED = 130
+KILLED = 137  # 128 + SIGKILL
 
 
 def describe(code: int) -> tuple[str, str]:
     if code == INTERRUPTED:
         return "INTERRUPTED", "the stage was interrupted (Ctrl-C, SIGTERM, a cancelled job)"
+    if code == KILLED:
+        return "KILLED", "the stage was killed (SIGKILL: out of memory, or a timeout); no verdict"
+    if 128 < code < 128 + 65:
+        return f"SIGNAL_{code - 128}", f"the stage ended on signal {code - 128}; no verdict"
     try:
         return MEANING[ExitCode(code)]
     except ValueError:
         return f"EXIT_{code}", "an exit code this gate does not define"
+
+
+def exit_code(text: str) -> int:
+    """An exit status as a shell holds it (0-255, decimal digits): 256 would read as 0, a success."""
+    if not (text.isascii() and text.isdigit()) or int(text) > 255:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an exit status (0-255)")
+    return int(text)
 
 
 def job_status(code: int, strict: bool = False) -> int:
@@ -59,16 +71,17 @@ def job_status(code: int, strict: bool = False) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.jobsummary", description=__doc__.split("\n\n")[0])
     parser.add_argument("--stage", required=True, help="what ran, e.g. 'kernel gate (A/B)'")
-    parser.add_argument("--exit-code", type=int, required=True)
+    parser.add_argument("--exit-code", type=exit_code, required=True, help="the stage's exit status, 0-255")
     parser.add_argument("--strict", action="store_true", help="NO_BASELINE fails the job too")
     args = parser.parse_args(argv)
+    stage = " ".join(args.stage.split())  # one line: a line break would start a workflow command
     name, meaning = describe(args.exit_code)
     status = job_status(args.exit_code, args.strict)
-    line = f"{args.stage}: {name} (exit {args.exit_code}): {meaning}"
+    line = f"{stage}: {name} (exit {args.exit_code}): {meaning}"
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a") as fh:
-            fh.write(f"\n### {args.stage}: **{name}**\n\nexit code {args.exit_code}: {meaning}\n")
+            fh.write(f"\n### {stage}: **{name}**\n\nexit code {args.exit_code}: {meaning}\n")
     level = "notice" if name == "PASS" else "warning" if status == 0 else "error"
     print(f"::{level} title={name}::{line}")
     return status

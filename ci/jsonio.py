@@ -67,7 +67,7 @@ def read_json(path: Path | str, *, kind: str | None, versions: tuple[int, ...]) 
     if kind is not None and found_kind != kind:
         raise DataError(f"{path}: expected a {kind!r} file, found kind={found_kind!r}")
     version = payload.get("schema_version")
-    if version not in versions:
+    if type(version) is not int or version not in versions:  # true == 1 in Python: a version is an integer
         raise DataError(
             f"{path}: schema_version={version!r} is not one this gate reads {versions}; "
             "re-create the file with this version of the gate"

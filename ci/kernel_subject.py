@@ -2,6 +2,9 @@
 ``block_size_m`` each build's heuristic picked and, from the sweep over every block size, how much
 slower each pick is than the best one (its regret). In baseline mode the judged build's pick in the
 baseline is shown beside its pick now, with a note when they differ (different kernels were timed).
+
+A complete run holds every case of its suite as ``ci.bench`` defines it (less the run's ``--cases``
+filter), each timed in at least ``ci.bench.MIN_BLOCKS`` fresh captures (``extra.blocks``).
 """
 
 from __future__ import annotations
@@ -9,7 +12,8 @@ from __future__ import annotations
 import math
 
 from ci import stats
-from ci.errors import DataError
+from ci.bench import MIN_BLOCKS
+from ci.errors import DataError, UsageError
 from ci.results import CaseResult
 from ci.subjects import Annotation, Subject, register
 
@@ -35,6 +39,49 @@ def regret(case: CaseResult) -> dict | None:
     for side, bm in picks.items():
         out[side] = medians[bm] / medians[best] - 1 if bm in medians else None
     return out
+
+
+def expected_cases(results) -> list[str]:
+    """The ids of the cases of ``results.suite`` as the bench defines it, less the run's case filter."""
+    from ci import bench
+
+    if results.suite not in bench.SUITES:
+        known = ", ".join(sorted(bench.SUITES))
+        raise DataError(f"suite {results.suite!r} is not one the kernel bench defines ({known}): these results were "
+                        "not written by this gate's bench; re-run it")  # fmt: skip
+    try:
+        return [c.id for c in bench.suite_cases(results.suite, results.settings.get("case_filter"))]
+    except UsageError as exc:
+        raise DataError(f"settings.case_filter: {exc}") from exc
+
+
+def capture_ids(case: CaseResult, side: str) -> list[int] | None:
+    """The capture (``extra.blocks``) of each sample of ``side``, or None: the file records none."""
+    blocks = case.extra.get("blocks")
+    if blocks is None:
+        return None
+    ids = blocks.get(side) if isinstance(blocks, dict) else None
+    samples = case.samples.get(side, [])
+    if not isinstance(ids, list) or len(ids) != len(samples) or not all(type(b) is int for b in ids):
+        raise DataError(f"case {case.id}: extra.blocks[{side!r}] should give the block of each of its samples")
+    return ids
+
+
+def captures(case: CaseResult, side: str) -> int:
+    """How many fresh captures ``side`` of ``case`` was timed in (none recorded: one)."""
+    ids = capture_ids(case, side)
+    return 1 if ids is None else len(set(ids))
+
+
+def case_problems(case: CaseResult) -> list[str]:
+    """A case whose builds' outputs disagreed is no timing evidence (the bench records the check it ran)."""
+    correctness = case.extra.get("correctness")
+    if correctness is None:
+        return ["no correctness check recorded: the bench times a case only after both builds agree; re-run it"]
+    if not isinstance(correctness, dict) or type(correctness.get("ok")) is not bool:
+        raise DataError(f"case {case.id}: extra.correctness should be an object with a boolean 'ok', found "
+                        f"{correctness!r}")  # fmt: skip
+    return [] if correctness["ok"] else [f"the builds' outputs disagree ({correctness.get('error', 'no detail')})"]
 
 
 def _side_pick(case: CaseResult, side: str):
@@ -116,4 +163,5 @@ def panel(results):
     # pragma: no mutate end
 
 
-SUBJECT = register(Subject(kind=KIND, baseline_prefix="", columns=columns, annotate=annotate, panel=panel))
+SUBJECT = register(Subject(kind=KIND, expected_cases=expected_cases, captures=captures, min_captures=MIN_BLOCKS,
+                           case_problems=case_problems, columns=columns, annotate=annotate, panel=panel))  # fmt: skip

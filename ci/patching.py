@@ -17,13 +17,28 @@ from pathlib import Path
 
 from ci.errors import MissingDependencyError, PatchError
 
+# git as the gate runs it, whatever the user's configuration says: no user or system config file, paths
+# unquoted (patch paths are compared as written), no colour, no external diff or text conversion.
+GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_PAGER": "cat", "LC_ALL": "C"}
+GIT_OPTIONS = ("-c", "core.quotepath=false", "-c", "color.ui=never", "-c", "diff.noprefix=false",
+               "-c", "diff.mnemonicPrefix=false", "-c", "core.pager=cat")  # fmt: skip
+
 # Paths a Python-only tree can take; anything compiled needs a full vLLM build.
 PATCHED_PREFIX = "vllm/"
-COMPILED_PREFIXES = ("csrc/", "cmake/", "CMakeLists.txt", "setup.py")
-COMPILED_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".c", ".h", ".hpp", ".cmake", ".so")
+COMPILED_PREFIXES = ("csrc/", "cmake/", "setup.py")
+COMPILED_NAMES = ("CMakeLists.txt",)  # at any depth
+COMPILED_SUFFIXES = (".cu", ".cuh", ".cpp", ".cxx", ".cc", ".c", ".h", ".hh", ".hpp", ".hxx", ".inl", ".hip",
+                     ".cubin", ".ptx", ".fatbin", ".cmake", ".so", ".pyd", ".dylib", ".dll")  # fmt: skip
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 _FAILED_RE = re.compile(r"error: patch failed: (?P<file>.+):(?P<line>\d+)")
 _MISSING_RE = re.compile(r"error: (?P<file>.+): (No such file or directory|does not exist in index)")
+_PLUS_RE = re.compile(r"^\+\+\+ (?:b/)?(?P<path>[^\t]+)")
+
+
+def is_compiled(path: str) -> bool:
+    """A path of vLLM's compiled sources or build (a Python-only tree cannot test a change to it)."""
+    return path.startswith(COMPILED_PREFIXES) or path.endswith(COMPILED_SUFFIXES) or (
+        path.rsplit("/", 1)[-1] in COMPILED_NAMES)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,43 +54,23 @@ class FilePatch:
     hunks: tuple[Hunk, ...]
 
 
-def parse_patch(text: str, *, source: str) -> tuple[FilePatch, ...]:
-    """The files and hunks of a unified git diff (for messages and path checks)."""
+def parse_patch(text: str) -> tuple[FilePatch, ...]:
+    """The files and hunks of a patch as its ``+++`` headers name them: for messages about a hunk only.
+    Which files a patch touches is git's reading (:func:`touched_paths`), and what it changed the trees'
+    (``ci.treediff``)."""
     files: list[FilePatch] = []
     path: str | None = None
     hunks: list[Hunk] = []
     for line in text.splitlines():
-        if line.startswith("diff --git "):
+        if m := _PLUS_RE.match(line):
             if path is not None:
                 files.append(FilePatch(path=path, hunks=tuple(hunks)))
-            path, hunks = line.split(" b/", 1)[-1], []
+            path, hunks = m["path"], []
         elif path is not None and (m := _HUNK_RE.match(line)):
             hunks.append(Hunk(old_start=int(m[1]), new_start=int(m[3]), header=line))
     if path is not None:
         files.append(FilePatch(path=path, hunks=tuple(hunks)))
-    if not files:
-        raise PatchError(f"{source}: no 'diff --git' section found; is this a git-format patch?")
     return tuple(files)
-
-
-def python_paths(files: tuple[FilePatch, ...], *, source: str) -> tuple[list[str], list[str]]:
-    """Split patched paths into those the tree takes (under vllm/) and those it ignores.
-
-    A patch that touches compiled sources cannot be tested on a tree that reuses the
-    release's kernels: that is a clear error, not a silent partial test.
-    """
-    taken, ignored = [], []
-    for f in files:
-        if f.path.startswith(COMPILED_PREFIXES) or f.path.endswith(COMPILED_SUFFIXES):
-            raise PatchError(
-                f"{source} changes {f.path}: a patch touching CUDA/C++ sources needs a full build of vLLM, "
-                "which this gate does not do (its trees reuse the release's compiled kernels). "
-                "Test such a change on a vLLM built from source, installed, with --vllm installed."
-            )
-        (taken if f.path.startswith(PATCHED_PREFIX) else ignored).append(f.path)
-    if not taken:
-        raise PatchError(f"{source} changes no file under vllm/: nothing to test ({', '.join(ignored)})")
-    return taken, ignored
 
 
 _MOVE_RE = re.compile(r"^ (?:rename|copy) (?P<what>.+) \(\d+%\)$")
@@ -83,54 +78,64 @@ _BRACES_RE = re.compile(r"^(?P<pre>.*)\{(?P<old>.*) => (?P<new>.*)\}(?P<post>.*)
 
 
 def touched_paths(patch: Path) -> list[tuple[str, str]]:
-    """(old path, new path) of every file the patch touches, as ``git apply --numstat --summary``
-    reads it: a rename or copy names both ends (``vllm/{a.py => b.py}`` expanded), any other
-    file the same path twice."""
+    """(old path, new path) of every file the patch touches, as ``git apply`` reads it (every section, with
+    or without a ``diff --git`` line): ``--numstat -z`` for the paths, unquoted; ``--summary`` for the old
+    end of a rename or copy (``vllm/{a.py => b.py}`` expanded). Any other file names the same path twice."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as scratch:
-        done = _git(Path(scratch), "apply", "--numstat", "--summary", str(patch.resolve()))
-    if done.returncode != 0:
-        raise PatchError(f"{patch}: git apply cannot read it: {done.stderr.strip() or 'no detail'}")
-    pairs = []
-    for line in done.stdout.splitlines():
+        numstat = _git(Path(scratch), "apply", "--numstat", "-z", str(patch.resolve()))
+        summary = _git(Path(scratch), "apply", "--summary", str(patch.resolve()))
+    for done in (numstat, summary):
+        if "No valid patches in input" in done.stderr:
+            raise PatchError(f"{patch}: git apply finds no file in it; is this a patch (git diff, or diff -u)?")
+        if done.returncode != 0:
+            raise PatchError(f"{patch}: git apply cannot read it: {done.stderr.strip() or 'no detail'}")
+    new_paths = [f.split("\t", 2)[2] for f in numstat.stdout.split("\0") if f.count("\t") >= 2 and f.split("\t")[2]]
+    old_of = {}
+    for line in summary.stdout.splitlines():
         if m := _MOVE_RE.match(line):
             if b := _BRACES_RE.match(m["what"]):
                 old, new = b["pre"] + b["old"] + b["post"], b["pre"] + b["new"] + b["post"]
             else:
                 old, _, new = m["what"].partition(" => ")
-            pairs.append((old.replace("//", "/"), new.replace("//", "/")))
-        elif line.count("\t") == 2:  # numstat: added, deleted, path (a rename's path is its new one)
-            path = line.split("\t")[2]
-            if " => " not in path:
-                pairs.append((path, path))
-    return pairs
+            old_of[new.replace("//", "/")] = old.replace("//", "/")
+    return [(old_of.get(p, p), p) for p in new_paths]
 
 
-def check_touched_paths(patch: Path) -> None:
-    """Refuse what a Python-only tree cannot test: a file moved into or out of ``vllm/``, or any
-    end of a rename in compiled sources (``python_paths`` reads only each section's new path)."""
-    for old, new in touched_paths(patch):
+def check_touched_paths(patch: Path) -> tuple[list[str], list[str]]:
+    """(paths under ``vllm/``, other paths) the patch touches. Refused: no file at all, nothing under
+    ``vllm/``, any end of a change in compiled sources, a file moved into or out of ``vllm/``."""
+    pairs = touched_paths(patch)
+    if not pairs:
+        raise PatchError(f"{patch}: git apply finds no file in it; is this a patch (git diff, or diff -u)?")
+    for old, new in pairs:
         what = f"changes {new}" if old == new else f"moves {old} to {new}"
-        for path in {old, new}:
-            if path.startswith(COMPILED_PREFIXES) or path.endswith(COMPILED_SUFFIXES):
-                raise PatchError(
-                    f"{patch} {what}: a patch touching CUDA/C++ sources needs a full build of vLLM, "
-                    "which this gate does not do; test it on a vLLM built from source with --vllm installed"
-                )
+        if is_compiled(old) or is_compiled(new):
+            raise PatchError(
+                f"{patch} {what}: a patch touching CUDA/C++ sources or vLLM's build needs a full build of vLLM, "
+                "which this gate does not do (its trees reuse the release's compiled kernels); test it on a "
+                "vLLM built from source, installed, with --vllm installed"
+            )
         if old.startswith(PATCHED_PREFIX) != new.startswith(PATCHED_PREFIX):
             raise PatchError(
                 f"{patch} moves {old} to {new}, across the vllm/ package: the trees take only vllm/, so half of "
                 "that move would be tested; split the patch or keep the file inside vllm/"
             )
+    taken = sorted({p for pair in pairs for p in pair if p.startswith(PATCHED_PREFIX)})
+    ignored = sorted({p for pair in pairs for p in pair if not p.startswith(PATCHED_PREFIX)})
+    if not taken:
+        raise PatchError(f"{patch} changes no file under vllm/: nothing to test ({', '.join(ignored)})")
+    return taken, ignored
 
 
 def _git(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
     git = shutil.which("git")
     if git is None:
         raise MissingDependencyError("git is not on PATH: the gate applies patches with `git apply`; install git")
-    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tree.resolve().parent))
-    return subprocess.run([git, *args], cwd=tree, env=env, capture_output=True, text=True, check=False)
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tree.resolve().parent), **GIT_ENV)
+    return subprocess.run([git, *GIT_OPTIONS, *args], cwd=tree, env=env, capture_output=True, text=True,
+                          errors="replace", check=False)  # fmt: skip
 
 
 def _explain(stderr: str, files: tuple[FilePatch, ...], *, reverse: bool) -> str:
@@ -152,7 +157,7 @@ def apply_patch(patch: Path, tree: Path, *, reverse: bool, include: list[str], w
     """Check the whole patch against ``tree``, then apply it; on any mismatch change nothing. With
     ``auto_reverse``, a patch that does not apply forward but reverse-applies (the release already holds
     it) is removed instead, with a line saying so. Returns whether it was reverse-applied."""
-    files = parse_patch(patch.read_text(), source=str(patch))
+    files = parse_patch(patch.read_text(errors="replace"))
     direction = ["-R"] if reverse else []
     includes = [f"--include={p}" for p in include]
     check = _git(tree, "apply", "--check", *direction, *includes, str(patch.resolve()))

@@ -13,6 +13,7 @@ CLI: ``python -m ci.refpatch --repo CHECKOUT --base REF --head REF --out FILE``
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -21,17 +22,54 @@ from pathlib import Path
 
 from ci.cli import run_main
 from ci.errors import MissingDependencyError, PatchError, UsageError
-from ci.patching import COMPILED_PREFIXES, COMPILED_SUFFIXES, PATCHED_PREFIX
+from ci.patching import GIT_ENV, GIT_OPTIONS, PATCHED_PREFIX, is_compiled
+
+# The diff as git apply reads it, whatever the user's or the repository's configuration says.
+DIFF_OPTIONS = ("--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/", "--dst-prefix=b/",
+                "--no-relative", "--unified=3", "--binary", "--no-renames")  # fmt: skip
+LINK_MODE = "120000"
 
 
-def _git(repo: Path, *args: str) -> str:
+def git_bytes(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    """git's output, as bytes, run with the gate's fixed options (no user or system configuration)."""
     git = shutil.which("git")
     if git is None:
         raise MissingDependencyError("git is not on PATH: install git")
-    done = subprocess.run([git, "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    env = {**os.environ, **GIT_ENV}
+    done = subprocess.run([git, *GIT_OPTIONS, "-C", str(repo), *args], input=stdin, capture_output=True, env=env,
+                          check=False)  # fmt: skip
     if done.returncode != 0:
-        raise UsageError(f"git {' '.join(args)} in {repo}: {done.stderr.strip() or 'failed'}")
+        detail = done.stderr.decode(errors="replace").strip() or "failed"
+        raise UsageError(f"git {' '.join(args)} in {repo}: {detail}")
     return done.stdout
+
+
+def _git(repo: Path, *args: str) -> str:
+    out = git_bytes(repo, *args)
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PatchError(f"git {' '.join(args)} in {repo}: its output is not UTF-8 ({exc})") from None
+
+
+def _check_branch_files(repo: Path, merge_base: str, head: str, taken: list[str]) -> None:
+    """Refuse what a tree of files cannot hold as such: a symbolic link at either end (it can name any file
+    of the host) and a file that is not UTF-8 text (a patch of it would not be the file)."""
+    for ref in (merge_base, head):
+        listing = git_bytes(repo, "ls-tree", "-r", "-z", ref, "--", PATCHED_PREFIX).split(b"\0")
+        links = [e.split(b"\t", 1)[1].decode(errors="replace") for e in listing if e.startswith(LINK_MODE.encode())]
+        if links:
+            raise PatchError(f"{ref[:12]} holds symbolic links under vllm/ ({', '.join(sorted(links)[:8])}): the gate "
+                             "tests files only; replace each by the file it points at")  # fmt: skip
+    for path in taken:
+        for ref in (merge_base, head):
+            try:
+                git_bytes(repo, "cat-file", "blob", f"{ref}:{path}").decode("utf-8")
+            except UsageError:
+                continue  # not in that commit (added or removed)
+            except UnicodeDecodeError:
+                raise PatchError(f"{path} at {ref[:12]} is not UTF-8 text: the gate tests vLLM's Python files, "
+                                 "which are; leave it out of the branch or convert it") from None  # fmt: skip
 
 
 def make_patch(repo: Path, base: str, head: str) -> tuple[str, dict]:
@@ -41,8 +79,9 @@ def make_patch(repo: Path, base: str, head: str) -> tuple[str, dict]:
     head_sha = _git(repo, "rev-parse", "--verify", f"{head}^{{commit}}").strip()
     base_sha = _git(repo, "rev-parse", "--verify", f"{base}^{{commit}}").strip()
     merge_base = _git(repo, "merge-base", base_sha, head_sha).strip()
-    changed = [p for p in _git(repo, "diff", "--name-only", "--no-renames", merge_base, head_sha).splitlines() if p]
-    compiled = [p for p in changed if p.startswith(COMPILED_PREFIXES) or p.endswith(COMPILED_SUFFIXES)]
+    names = _git(repo, "diff", "--name-only", "-z", "--no-renames", "--no-relative", merge_base, head_sha)
+    changed = [p for p in names.split("\0") if p]
+    compiled = [p for p in changed if is_compiled(p)]
     if compiled:
         raise PatchError(
             f"{head} changes compiled sources ({', '.join(compiled[:8])}): this mode reuses a release's kernels "
@@ -51,7 +90,8 @@ def make_patch(repo: Path, base: str, head: str) -> tuple[str, dict]:
     taken = [p for p in changed if p.startswith(PATCHED_PREFIX)]
     if not taken:
         raise PatchError(f"{base}...{head} changes nothing under vllm/ ({len(changed)} other files): nothing to test")
-    body = _git(repo, "diff", "--binary", "--no-renames", merge_base, head_sha, "--", PATCHED_PREFIX)
+    _check_branch_files(repo, merge_base, head_sha, taken)
+    body = _git(repo, "diff", *DIFF_OPTIONS, merge_base, head_sha, "--", PATCHED_PREFIX)
     info = {"base": base, "base_sha": base_sha, "merge_base": merge_base, "head": head, "head_sha": head_sha,
             "files": taken, "left_out": [p for p in changed if p not in taken]}  # fmt: skip
     header = (f"Patch of {repo.name}: git diff {base}...{head} -- vllm/\nbase {base} = {base_sha}\n"

@@ -75,6 +75,9 @@ def cpu_tier_requirements(metadata_text: str) -> tuple[list[str], list[tuple[str
     keep, dropped, torch = [], [], None
     for line in requires_dist(metadata_text):
         req = Requirement(line)
+        if req.url is not None and dropped_because(req) is None:
+            raise ValueError(f"the release requires {req.name} from {req.url!r}: the CPU tier installs only from "
+                             "the package index, by name and version; refusing a URL requirement")  # fmt: skip
         why = dropped_because(req)
         if why:
             dropped.append((line, why))

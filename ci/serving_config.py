@@ -60,6 +60,27 @@ PROFILES = {
 }  # fmt: skip
 
 
+def case_id(model: str, profile: str, dp: int) -> str:
+    """The id of the one case of a TPOT run, and (``suite_name``) its suite."""
+    return f"{model}/dp{dp}-ep{dp if dp > 1 else 1}/{profile}"
+
+
+def suite_name(model: str, profile: str, dp: int) -> str:
+    return f"{model}-dp{dp}-{profile}"
+
+
+def parse_suite(suite: str) -> tuple[str, str, int]:
+    """(model, profile, dp) of a suite name of ``suite_name``; a :class:`UsageError` for any other name."""
+    for profile in sorted(PROFILES, key=len, reverse=True):
+        head, dash, _ = suite.rpartition(f"-{profile}")
+        model, _, dp = head.rpartition("-dp")
+        if dash and suite.endswith(f"-{profile}") and model in models() and dp.isascii() and dp.isdigit() and (
+                dp == str(int(dp)) and int(dp) >= 1):  # fmt: skip
+            return model, profile, int(dp)
+    raise UsageError(f"suite {suite!r} is not one the TPOT stage defines (MODEL-dpN-PROFILE, with a model of "
+                     f"{', '.join(models())} and a profile of {', '.join(sorted(PROFILES))})")  # fmt: skip
+
+
 def moe_shape(model: Path) -> tuple[int, int]:
     """(routed experts, top-k) of a shipped config: what ``fused_marlin_moe`` sees per layer."""
     config = json.loads((model / "config.json").read_text())

@@ -1,9 +1,14 @@
 """End-to-end serving (``ci.tpot``: ``vllm serve`` + ``vllm bench serve``) as a subject of the gate core
 (``ci.subjects``): its baselines are ``tpot-<suite>.json``, and under the verdict table the report lists
-every round in the order run, with the machine's state where recorded."""
+every round in the order run, with the machine's state where recorded.
+
+A complete run is the one case its suite names (model, DP size, profile: ``ci.serving_config``) with the
+profile's rounds of each build, from one pair of server launches."""
 
 from __future__ import annotations
 
+from ci import serving_config
+from ci.errors import DataError, UsageError
 from ci.subjects import Subject, register
 
 KIND = "tpot-bench"
@@ -35,4 +40,34 @@ def details(results) -> list[str]:
     return lines
 
 
-SUBJECT = register(Subject(kind=KIND, baseline_prefix="tpot-", details=details))
+def case_problems(case) -> list[str]:
+    """Rounds with failed requests (or none completed) are no evidence of the server's speed."""
+    rounds = case.extra.get("rounds")
+    if not isinstance(rounds, list) or not rounds:
+        return ["no rounds recorded: re-run the TPOT stage"]
+    for r in rounds:
+        if not isinstance(r, dict) or not all(type(r.get(k)) is int for k in ("failed", "completed")):
+            raise DataError(f"case {case.id}: each of extra.rounds should be an object with integer 'failed' and "
+                            f"'completed', found {r!r}")  # fmt: skip
+    bad = [r for r in rounds if r["failed"] or r["completed"] == 0]
+    return [f"{len(bad)} round(s) with failed requests; see the server logs and re-run"] if bad else []
+
+
+def _parse(results) -> tuple[str, str, int]:
+    try:
+        return serving_config.parse_suite(results.suite)
+    except UsageError as exc:
+        raise DataError(f"{exc}: these results were not written by this gate's TPOT stage; re-run it") from exc
+
+
+def expected_cases(results) -> list[str]:
+    return [serving_config.case_id(*_parse(results))]
+
+
+def min_samples(results) -> int:
+    """The rounds of each build the profile of the suite runs."""
+    return serving_config.PROFILES[_parse(results)[1]].rounds
+
+
+SUBJECT = register(Subject(kind=KIND, expected_cases=expected_cases, min_samples=min_samples,
+                           case_problems=case_problems, baseline_prefix="tpot-", details=details))  # fmt: skip

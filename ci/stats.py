@@ -90,20 +90,119 @@ def _z(confidence: float) -> float:
     return statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
 
 
-def _order_stat_interval(sorted_values: list[float], k: int) -> tuple[float, float]:
+# Order statistics of the pairwise values (Walsh averages, cross differences): up to EXACT_PAIRS of them are
+# listed and sorted; beyond, each one asked for is found by halving a window of values that holds it, each
+# step counting the pairs at or below a value in one linear pass, until the window holds at most WINDOW
+# pairs, which are listed: O(n) memory, the same number as the sorted list's.
+EXACT_PAIRS = 20_000
+WINDOW = 4_096
+
+
+class _Pairs:
+    """The multiset of ``(x[i] + x[j]) / 2`` (i <= j: the Walsh averages) or ``y[j] - x[i]`` (all i, j: the
+    cross differences) of sorted inputs, asked for its order statistics without listing it when it is
+    large. Halving a float is exact and keeps the order, so a Walsh average is found as a sum, halved."""
+
+    def __init__(self, x: list[float], y: list[float] | None = None) -> None:
+        self.x, self.y = x, y
+        n = len(x)
+        self.size = n * (n + 1) // 2 if y is None else n * len(y)
+        self._sorted = sorted(self._all()) if self.size <= EXACT_PAIRS else None
+
+    def _all(self):
+        x, y = self.x, self.y
+        if y is None:
+            return ((x[i] + x[j]) / 2 for i in range(len(x)) for j in range(i, len(x)))
+        return (c - b for b in x for c in y)
+
+    def _last_at_most(self, t: float) -> list[int]:
+        """Per row i (an x value), how many of its pairs are at or below ``t`` (one linear pass)."""
+        x, y, counts = self.x, self.y, []
+        if y is None:  # row i: x[i] + x[j] for j >= i; for rising i the last j at or below t does not rise
+            j = len(x) - 1
+            for i in range(len(x)):
+                while j >= i and x[i] + x[j] > t:
+                    j -= 1
+                counts.append(max(j - i + 1, 0))
+            return counts
+        j = 0  # row i: y[j] - x[i] for all j; for rising x[i] the count at or below t does not fall
+        for b in x:
+            while j < len(y) and y[j] - b <= t:
+                j += 1
+            counts.append(j)
+        return counts
+
+    def _count_at_most(self, t: float) -> int:
+        """How many pairs are at or below ``t``: :meth:`_last_at_most` summed, without the list."""
+        x, y, count = self.x, self.y, 0
+        if y is None:
+            j = len(x) - 1
+            for i in range(len(x)):
+                while j >= i and x[i] + x[j] > t:
+                    j -= 1
+                if j < i:
+                    break
+                count += j - i + 1
+            return count
+        j = 0
+        for b in x:
+            while j < len(y) and y[j] - b <= t:
+                j += 1
+            count += j
+        return count
+
+    def _between(self, lo: float, hi: float) -> list[float]:
+        """The pairs in (lo, hi], listed."""
+        x, y, values = self.x, self.y, []
+        for i, (a, b) in enumerate(zip(self._last_at_most(lo), self._last_at_most(hi), strict=True)):
+            if y is None:
+                values += [x[i] + x[j] for j in range(i + a, i + b)]
+            else:
+                values += [y[j] - x[i] for j in range(a, b)]
+        return values
+
+    def kth(self, k: int) -> float:
+        """The ``k``-th smallest (0-based)."""
+        if self._sorted is not None:
+            return self._sorted[k]
+        x, y = self.x, self.y
+        lo, hi = (x[0] + x[0], x[-1] + x[-1]) if y is None else (y[0] - x[-1], y[-1] - x[0])
+        lo, below, above = math.nextafter(lo, -math.inf), 0, self.size
+        while True:  # the k-th lies in (lo, hi]: ``below`` pairs are at or below lo, ``above`` at or below hi
+            if above - below <= WINDOW:
+                found = sorted(self._between(lo, hi))[k - below]
+                break
+            mid = lo / 2 + hi / 2
+            if not lo < mid < hi:  # no float between them: every pair in the window equals hi
+                found = hi
+                break
+            at_most = self._count_at_most(mid)
+            if at_most > k:
+                hi, above = mid, at_most
+            else:
+                lo, below = mid, at_most
+        return found / 2 if y is None else found
+
+    def median(self) -> float:
+        """As ``statistics.median`` of the sorted values: the middle one, or the mean of the middle two."""
+        half = self.size // 2
+        return self.kth(half) if self.size % 2 else (self.kth(half - 1) + self.kth(half)) / 2
+
+
+def _order_stat_interval(pairs: _Pairs, k: int) -> tuple[float, float]:
     """[x_(k+1), x_(N-k)] (1-based), or (-inf, inf) when there are too few values."""
-    if k < 0 or k >= len(sorted_values) - k:
+    if k < 0 or k >= pairs.size - k:
         return -math.inf, math.inf
-    return sorted_values[k], sorted_values[len(sorted_values) - 1 - k]
+    return pairs.kth(k), pairs.kth(pairs.size - 1 - k)
 
 
-def _effect(sorted_logs: list[float], k: int, confidence: float, method: str, n_base: int, n_cand: int) -> Effect:
-    """The median of ``sorted_logs`` and its order-statistic interval, as ratios."""
-    lo, hi = _order_stat_interval(sorted_logs, k)
+def _effect(pairs: _Pairs, k: int, confidence: float, method: str, n_base: int, n_cand: int) -> Effect:
+    """The median of the pairwise log values and its order-statistic interval, as ratios."""
+    lo, hi = _order_stat_interval(pairs, k)
     return Effect(
-        ratio=math.exp(statistics.median(sorted_logs)),
-        ci_low=math.exp(lo) if lo > -math.inf else 0.0,
-        ci_high=math.exp(hi) if hi < math.inf else math.inf,
+        ratio=_exp(pairs.median()),
+        ci_low=_exp(lo) if lo > -math.inf else 0.0,
+        ci_high=_exp(hi) if hi < math.inf else math.inf,
         confidence=confidence,
         method=method,
         n_base=n_base,
@@ -111,13 +210,20 @@ def _effect(sorted_logs: list[float], k: int, confidence: float, method: str, n_
     )
 
 
+def _exp(x: float) -> float:
+    """exp, with a log ratio past what a float holds as inf (or 0): no OverflowError for extreme timings."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
 def _signed_rank(d: Sequence[float], confidence: float, method: str, n_base: int, n_cand: int) -> Effect:
     """Hodges-Lehmann estimate of the centre of ``d`` with the Wilcoxon signed-rank interval."""
     n = len(d)
-    walsh = sorted((d[i] + d[j]) / 2 for i in range(n) for j in range(i, n))
     sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
     k = math.floor(n * (n + 1) / 4 - _z(confidence) * sd)
-    return _effect(walsh, k, confidence, method, n_base, n_cand)
+    return _effect(_Pairs(sorted(d)), k, confidence, method, n_base, n_cand)
 
 
 def paired_effect(base: Sequence[float], cand: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> Effect:
@@ -126,7 +232,7 @@ def paired_effect(base: Sequence[float], cand: Sequence[float], confidence: floa
         raise ValueError(f"paired samples need equal, non-zero lengths (got {len(base)} and {len(cand)})")
     if min(*base, *cand) <= 0:
         raise ValueError("timings must be positive")
-    d = [math.log(c / b) for b, c in zip(base, cand, strict=True)]
+    d = [math.log(c) - math.log(b) for b, c in zip(base, cand, strict=True)]  # c / b may leave the floats
     return _signed_rank(d, confidence, METHOD_PAIRED, len(d), len(d))
 
 
@@ -158,7 +264,7 @@ def blocked_effect(base_blocks: Sequence[float], cand_blocks: Sequence[float], c
         raise ValueError(f"blocks must pair up (got {len(base_blocks)} and {len(cand_blocks)})")
     if min(*base_blocks, *cand_blocks) <= 0:
         raise ValueError("timings must be positive")
-    d = [math.log(c / b) for b, c in zip(base_blocks, cand_blocks, strict=True)]
+    d = [math.log(c) - math.log(b) for b, c in zip(base_blocks, cand_blocks, strict=True)]
     return _signed_rank(d, confidence, METHOD_BLOCKED, n_base or len(d), n_cand or len(d))
 
 
@@ -168,11 +274,10 @@ def unpaired_effect(base: Sequence[float], cand: Sequence[float], confidence: fl
         raise ValueError("both samples must be non-empty")
     if min(*base, *cand) <= 0:
         raise ValueError("timings must be positive")
-    lb, lc = [math.log(x) for x in base], [math.log(x) for x in cand]
-    diffs = sorted(c - b for b in lb for c in lc)
+    lb, lc = sorted(math.log(x) for x in base), sorted(math.log(x) for x in cand)
     n, m = len(lb), len(lc)
     k = math.floor(n * m / 2 - _z(confidence) * math.sqrt(n * m * (n + m + 1) / 12))
-    return _effect(diffs, k, confidence, METHOD_UNPAIRED, n, m)
+    return _effect(_Pairs(lb, lc), k, confidence, METHOD_UNPAIRED, n, m)
 
 
 def decide(effect: Effect, threshold: float = DEFAULT_THRESHOLD) -> Verdict:

@@ -2,9 +2,12 @@
 
 The core (``results``, ``stats``, ``evidence``, ``compare``, ``baselines``, ``report``) judges samples
 per case and knows nothing of block sizes, regret or TPOT. A subject, keyed by the results ``kind``
-its stage writes, adds what only it understands: extra report columns and verdict data per case
-(``annotate``), notes, Markdown under the table (``details``), a second plot panel (``panel``), and
-the file name of its baselines (``baseline_prefix``). A kind without a subject gets the plain table.
+its stage writes, says what a complete run of it is, from the gate's own definitions and never from
+what a results file claims (``expected_cases``: its suites and the run's case filter; ``min_samples``;
+``captures`` and ``min_captures``: how its samples group into fresh timing units), and adds what only it
+understands: extra report columns and verdict data per case (``annotate``), notes, Markdown under the
+table (``details``), a second plot panel (``panel``), and the file name of its baselines
+(``baseline_prefix``). A results file of a kind no subject registered is refused (``ci.results``).
 
 Subjects: ``ci.kernel_subject`` (the Marlin MoE kernel bench: block-size picks and regret) and
 ``ci.serving_subject`` (end-to-end serving: TPOT rounds).
@@ -29,9 +32,21 @@ class Annotation:
     notes: list[str] = field(default_factory=list)
 
 
+def _undefined(results: Any) -> list[str]:
+    from ci.errors import DataError
+
+    raise DataError(f"the gate defines no cases for results of kind {results.kind!r}: no complete run of it exists")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Subject:
     kind: str
+    # results -> the case ids a complete run holds, from the gate's definitions (a GateError: not one it defines)
+    expected_cases: Callable[[Any], list[str]] = _undefined
+    min_samples: Callable[[Any], int] = lambda results: 0  # per case and judged build, beyond the core's floor
+    captures: Callable[[Any, str], int] = lambda case, side: 1  # (case, build) -> fresh timing units sampled
+    min_captures: int = 1
+    case_problems: Callable[[Any], list[str]] = lambda case: []  # what keeps a case from counting as evidence
     baseline_prefix: str = ""
     columns: Callable[[str], Sequence[str]] = lambda mode: ()  # report columns for mode "ab" / "baseline"
     # (case, stored case or None, judged side or None) -> Annotation; stored is None in A/B mode
@@ -48,8 +63,19 @@ def register(subject: Subject) -> Subject:
     return subject
 
 
-def subject_of(kind: str) -> Subject:
-    """The subject of a results kind; a plain one (no extra columns) for a kind nobody registered."""
+def _load() -> None:
     for name in SUBJECT_MODULES:  # imported once; each registers itself (cached by sys.modules)
         importlib.import_module(name)
+
+
+def kinds() -> tuple[str, ...]:
+    """The results kinds a subject registered: the only ones the gate reads."""
+    _load()
+    return tuple(sorted(_REGISTRY))
+
+
+def subject_of(kind: str) -> Subject:
+    """The subject of a results kind; a plain one (no extra columns, no defined cases) for a kind nobody
+    registered (``ci.results`` refuses such a file before it gets here)."""
+    _load()
     return _REGISTRY.get(kind) or Subject(kind=kind)

@@ -47,6 +47,7 @@ from ci.serving_config import (  # noqa: F401  (the profiles and command lines, 
     bench_args,
     bench_argv,
     block_size_table,
+    case_id,
     decode_block_sizes,
     model_dir,
     models,
@@ -55,6 +56,7 @@ from ci.serving_config import (  # noqa: F401  (the profiles and command lines, 
     serve_argv,
     served_name,
     server_env,
+    suite_name,
 )
 
 DEFAULT_PORT = 18000
@@ -301,9 +303,8 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
     """The results file of a TPOT A/B: one case, the median TPOT of each round as its samples."""
     profile = profile or PROFILES[profile_name]
     complete = len(rounds) == 2 * profile.rounds
-    case_id = f"{model}/dp{dp}-ep{dp if dp > 1 else 1}/{profile_name}"
     case = CaseResult(
-        id=case_id,
+        id=case_id(model, profile_name, dp),
         unit="ms median TPOT",
         samples={b: [r.median_tpot_ms for r in rounds if r.build == b] for b in BUILDS},
         info={
@@ -321,7 +322,7 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
     )
     return BenchResults(
         kind="tpot-bench",
-        suite=f"{model}-dp{dp}-{profile_name}",
+        suite=suite_name(model, profile_name, dp),
         provenance=provenance.collect(trees),
         settings={
             "rounds_per_build": profile.rounds,
@@ -331,7 +332,7 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
             "rounds_done": len(rounds),
             "aa": aa,
             "candidate": "base (A/A run)" if aa else "candidate tree",
-            "expected_cases": [case_id],
+            "expected_cases": [case_id(model, profile_name, dp)],
             "identity_keys": list(IDENTITY_KEYS),
         },
         cases=[case],

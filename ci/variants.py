@@ -1,15 +1,20 @@
 """Import vLLM's base and candidate code side by side in one process.
 
 The base tree is imported the normal way (it is first on ``sys.path``). The candidate
-differs from it only in the Python files the patch changed (the manifest lists them), and
+differs from it only in the files that differ between the two trees (``ci.treediff``: the
+manifest records them, and they are checked again here against the trees themselves), and
 both share the same compiled kernels, so the candidate is loaded as fresh module objects:
-the changed modules and the entry module (``marlin_moe``) are executed from the candidate
+every changed module and the entry module (``marlin_moe``) are executed from the candidate
 tree while every other import resolves to the already-imported base. Base and candidate
 then run interleaved on one GPU in one process, which is what fair A/B timing needs.
 
-Limits, checked and refused with a message: a changed package ``__init__.py`` and changed
-non-Python files. A change whose effect reaches the entry module only through an
-*unchanged* intermediate module would not be seen; the shipped patch has no such reach.
+Refused, at build and here, with the file named (:func:`candidate_modules`): a changed
+non-Python file, a changed package ``__init__.py``, a removed module, and a changed module
+that neither the entry module nor another changed module imports, since the candidate would
+never run it (it is not imported at all, or only through unchanged modules, which keep the
+base's). What stays out of reach: an unchanged module that imports a changed one keeps the
+base's version of it, so a change is tested where the entry module and the changed modules
+use it.
 """
 
 from __future__ import annotations
@@ -23,22 +28,109 @@ from pathlib import Path
 from types import ModuleType
 
 from ci.build import Trees
-from ci.errors import DataError, MissingDependencyError, UsageError
+from ci.errors import DataError, MissingDependencyError, PatchError
+from ci.treediff import REMOVED, FileChange, differences
 
 ENTRY_MODULE = "vllm.model_executor.layers.fused_moe.experts.marlin_moe"
 
 
 def module_name(rel_path: str) -> str:
-    """``vllm/a/b.py`` -> ``vllm.a.b``; refuses what cannot be loaded twice."""
-    path = Path(rel_path)
-    if path.suffix != ".py":
-        raise UsageError(
-            f"the patch changes {rel_path}, not a Python module: base and candidate cannot share one "
-            "process; only patches to vLLM's .py modules are supported"
+    """``vllm/a/b.py`` -> ``vllm.a.b``."""
+    return ".".join(Path(rel_path).with_suffix("").parts)
+
+
+def _module_file(tree: Path, name: str) -> Path | None:
+    path = tree.joinpath(*name.split("."))
+    for candidate in (path / "__init__.py", path.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def direct_imports(tree: Path, name: str) -> set[str]:
+    """The ``vllm`` modules that module ``name`` of ``tree`` imports anywhere in its code (also inside
+    functions and ``try`` blocks), as its ``import`` statements name them: static, so an import by string
+    (``importlib.import_module``) is not seen, and the module then counts as not imported."""
+    import ast
+
+    path = _module_file(tree, name)
+    if path is None:
+        return set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    try:
+        parsed = ast.parse(path.read_bytes(), str(path))
+    except (SyntaxError, ValueError):
+        return found  # the import of the candidate fails then, and with it every test
+    for node in ast.walk(parsed):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            parts = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            base = ".".join([*parts, *([node.module] if node.module else [])])
+            targets = [base, *(f"{base}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for target in targets:
+            pieces = target.split(".")
+            found.update(".".join(pieces[:i]) for i in range(1, len(pieces) + 1))
+    return {m for m in found if m.split(".")[0] == "vllm" and _module_file(tree, m) is not None}
+
+
+def _import_chain(tree: Path, start: str, goal: str, limit: int = 5000) -> list[str] | None:
+    """The shortest chain of imports from ``start`` to ``goal`` in ``tree`` (None: ``goal`` is not reached)."""
+    parent: dict[str, str | None] = {start: None}
+    queue = [start]
+    while queue and len(parent) < limit:
+        current = queue.pop(0)
+        for nxt in sorted(direct_imports(tree, current)):
+            if nxt not in parent:
+                parent[nxt] = current
+                if nxt == goal:
+                    chain = [nxt]
+                    while parent[chain[-1]] is not None:
+                        chain.append(parent[chain[-1]])
+                    return chain[::-1]
+                queue.append(nxt)
+    return None
+
+
+def candidate_modules(changes: list[FileChange] | tuple[FileChange, ...], candidate: Path, *, source: str,
+                      entry: str = ENTRY_MODULE) -> list[str]:  # fmt: skip
+    """The modules to load from the candidate tree (every changed module, then the entry module), or one
+    :class:`PatchError` naming each changed file the in-process tiers could not test, and why."""
+    problems, names = [], []
+    for change in changes:
+        if not change.path.endswith(".py"):
+            problems.append(f"{change.path} is not a Python module: base and candidate share one process, which "
+                            "cannot hold two versions of it")  # fmt: skip
+        elif change.path.endswith("/__init__.py"):
+            problems.append(f"{change.path} is a package file: loading it twice in one process is unsafe")
+        elif change.what == REMOVED:
+            problems.append(f"{change.path} is removed: the candidate would still import the base's copy")
+        else:
+            names.append(module_name(change.path))
+    loaded = set(names) | {entry}
+    bound, queue = {entry}, [entry]  # what the candidate's modules import of each other, from the entry on
+    while queue:
+        for nxt in direct_imports(candidate, queue.pop()) & loaded - bound:
+            bound.add(nxt)
+            queue.append(nxt)
+    for name in sorted(set(names) - bound):
+        chain = _import_chain(candidate, entry, name)
+        how = (
+            "is not imported by " + entry
+            if chain is None
+            else "is imported only through unchanged modules (" + " -> ".join(chain) + "), which keep the base's"
         )
-    if path.name == "__init__.py":
-        raise UsageError(f"the patch changes the package file {rel_path}: loading it twice in one process is unsafe")
-    return ".".join(path.with_suffix("").parts)
+        problems.append(f"{name.replace('.', '/')}.py {how}, so the candidate would never run it")  # fmt: skip
+    if problems:
+        raise PatchError(
+            f"{source} changes what the gate's in-process tiers cannot test: " + "; ".join(problems) + ". "
+            "Test only the Marlin MoE path's modules in this gate (split the patch), or test the whole build "
+            "with --vllm installed. Nothing was changed."
+        )
+    return [*names, *([] if entry in names else [entry])]
 
 
 class _TreeFinder(importlib.abc.MetaPathFinder):
@@ -138,18 +230,24 @@ def check_base_importable(trees: Trees) -> ModuleType:
     return module
 
 
+def load_candidate(trees: Trees) -> ModuleType:
+    """The candidate's entry module, with every changed module loaded from its tree. What the candidate loads
+    comes from the trees themselves, which must still differ exactly as the manifest says."""
+    found = tuple(differences(trees.base, trees.candidate))
+    if found != trees.manifest.changed_files:
+        raise DataError(
+            f"{trees.manifest_path}: the trees no longer differ as the manifest records (now: "
+            f"{', '.join(c.path for c in found) or 'nothing'}): something changed them after the build; rebuild "
+            "them (nox -s build, or rerun the session)"
+        )
+    names = candidate_modules(found, trees.candidate, source=str(trees.manifest.patch_path))
+    return load_modules(trees.candidate, names)[ENTRY_MODULE]
+
+
 def load_variants(trees: Trees) -> tuple[Variant, Variant]:
     """The base and candidate ``marlin_moe`` modules; the base tree must be first on ``sys.path``."""
     base = check_base_importable(trees)
-    names = [module_name(c.path) for c in trees.manifest.changed_files]
-    if ENTRY_MODULE not in names:
-        names.append(ENTRY_MODULE)
-    return Variant("base", base), Variant("candidate", load_modules(trees.candidate, names)[ENTRY_MODULE])
-
-
-def load_tree_module(tree: Path, rel_path: str) -> ModuleType:
-    """Load one more variant of a module from another tree (e.g. a mutant candidate)."""
-    return load_modules(tree, [module_name(rel_path)])[module_name(rel_path)]
+    return Variant("base", base), Variant("candidate", load_candidate(trees))
 
 
 def put_base_first(trees: Trees) -> None:

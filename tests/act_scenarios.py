@@ -9,6 +9,10 @@ Three runs, each checked from act's log:
    and no job checks out any code of the pull request.
 3. ``.github/examples/vllm-fork-gpu-gate.yml``, a caller of the reusable workflow (a vLLM fork's
    view): the reusable workflow's GPU job runs and stops at NO_GPU.
+4. The same caller for a branch of the fork, with the SHA it points at: the job checks the branch
+   still points there and checks out that commit (not the branch by name).
+5. The same with a SHA the branch no longer points at: UNTRUSTED, and no code of the branch is
+   checked out.
 
 Usage: ``python tests/act_scenarios.py ACT_ARGS...`` (nox -s act_gpu passes act's stand-in options).
 """
@@ -28,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STUB = ROOT / ".github" / "act-standins" / "github-api.py"
 PR = 7
 NO_GPU = "title=NO_GPU::GPU equivalence suite: NO_GPU (exit 6)"
+BRANCH = "feature"
 
 
 def _free_port() -> int:
@@ -52,7 +57,8 @@ def main(act: list[str]) -> int:
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
     sha = head.stdout.strip()
     port = _free_port()
-    stub = subprocess.Popen([sys.executable, str(STUB), "--port", str(port), "--pr", str(PR), "--sha", sha])
+    stub = subprocess.Popen([sys.executable, str(STUB), "--port", str(port), "--pr", str(PR), "--sha", sha,
+                             "--ref", f"{BRANCH}={sha}"])  # fmt: skip
     time.sleep(0.5)
     env = {"GITHUB_API_URL": f"http://127.0.0.1:{port}", "GATE_ACT_SOURCE": str(ROOT)}
     logs = Path(tempfile.mkdtemp(prefix="act-gpu-"))
@@ -84,6 +90,16 @@ def main(act: list[str]) -> int:
         code, text = _run(act, ".github/examples/vllm-fork-gpu-gate.yml", caller, env, logs / "3-caller.log")
         ran = "checkout stand-in: gate at" in text and NO_GPU in text
         expect("fork caller", code != 0 and ran, "the reusable workflow ran through the caller and stopped at NO_GPU")
+        branch = {**caller, "head": BRANCH, "sha": sha}
+        code, text = _run(act, ".github/examples/vllm-fork-gpu-gate.yml", branch, env, logs / "4-branch.log")
+        pinned = (f"trust: nektos/act {BRANCH} is {sha}, the reviewed commit" in text
+                  and f"checkout stand-in: vllm-src at {sha}" in text)  # fmt: skip
+        expect("fork branch", pinned, "the branch pointed at the reviewed SHA; that commit was checked out")
+        moved = {**branch, "sha": "0" * 40}
+        code, text = _run(act, ".github/examples/vllm-fork-gpu-gate.yml", moved, env, logs / "5-branch-moved.log")
+        expect("fork branch moved", code != 0 and f"points at {sha}, not the reviewed {'0' * 40}" in text
+               and "checkout stand-in: vllm-src" not in text,
+               "the job stopped with UNTRUSTED before any code of the branch was checked out")  # fmt: skip
     finally:
         stub.terminate()
     print(f"act_gpu: logs in {logs}")

@@ -12,7 +12,7 @@ import pytest
 
 from ci.build import CHANGES_DIR, BuildOptions, Release, build_trees
 from ci.contracts import load_contract
-from ci.variants import ENTRY_MODULE, load_modules, module_name
+from ci.variants import load_candidate
 from tests.ep_marlin import cpu_harness as h
 from tests.ep_marlin import test_batched_path as tb
 from tests.ep_marlin import test_block_size_selection as tbs
@@ -28,9 +28,7 @@ FUSED_SAMPLE = [(8, ep, topk) for ep in (None, 4) for topk in (2, 8)]
 
 def _candidate(trees, patch, out):
     release = Release(version=trees.manifest.vllm_version, root=trees.base, source="base tree")
-    built = build_trees(BuildOptions(patch=patch, contract="none", out=out), release=release)
-    names = [module_name(c.path) for c in built.manifest.changed_files]
-    return load_modules(built.candidate, [*names, ENTRY_MODULE] if ENTRY_MODULE not in names else names)[ENTRY_MODULE]
+    return load_candidate(build_trees(BuildOptions(patch=patch, contract="none", out=out), release=release))
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,9 @@ from __future__ import annotations
 import pytest
 
 from ci.build import DEFAULT_PATCH, MUTANTS_DIR, BuildOptions, Release, build_trees
-from ci.variants import ENTRY_MODULE, load_tree_module
+from ci.variants import load_candidate
 from tests.ep_marlin import cpu_harness as h
 
-ENTRY_PATH = ENTRY_MODULE.replace(".", "/") + ".py"
 MUTANTS_WRITTEN_FOR = "0.25.1"
 # mutant -> the check that must catch it
 MUTANTS = {
@@ -35,7 +34,7 @@ def mutant_modules(trees, tmp_path_factory):
     for name, patch in patches.items():
         out = tmp_path_factory.mktemp(name)
         built = build_trees(BuildOptions(patch=patch, out=out), release=release)
-        modules[name] = load_tree_module(built.candidate, ENTRY_PATH)
+        modules[name] = load_candidate(built)
     return modules
 
 

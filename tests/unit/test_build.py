@@ -9,32 +9,14 @@ import pytest
 
 from ci import build
 from ci.errors import DataError, PatchError, UsageError
-
-MOD = "vllm/layers/mod.py"
-BEFORE = "import os\n\n\ndef pick(m):\n    m = m\n    return m\n\n\nLIMIT = 3\n"
-AFTER = "import os\n\n\ndef pick(m):\n    m = m // 2\n    return m\n\n\nLIMIT = 3\n"
-
-
-def _diff(path: str, old: str, new: str) -> str:
-    import difflib
-
-    body = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
-    return f"diff --git a/{path} b/{path}\n{body}"
-
-
-def make_release(root: Path, text: str = BEFORE, version: str = "9.9.9") -> build.Release:
-    (root / "vllm" / "layers").mkdir(parents=True)
-    (root / "vllm" / "__init__.py").write_text("")
-    (root / "vllm" / "_version.py").write_text(f"__version__ = version = '{version}'\n")
-    (root / MOD).write_text(text)
-    (root / "vllm" / "_C.abi3.so").write_bytes(b"\x7fELF kernels")
-    return build.Release(version=version, root=root, source="test")
+from ci.variants import ENTRY_MODULE
+from tests.unit.factories import AFTER, BEFORE, ENTRY, MOD, diff, make_release, plain_diff
 
 
 @pytest.fixture
 def patch_file(tmp_path: Path) -> Path:
     p = tmp_path / "change.patch"
-    p.write_text("A prose preamble git ignores.\n\n" + _diff(MOD, BEFORE, AFTER))
+    p.write_text("A prose preamble git ignores.\n\n" + diff(MOD, BEFORE, AFTER))
     return p
 
 
@@ -47,7 +29,7 @@ def test_forward_build_patches_candidate_only(tmp_path, patch_file):
     so = trees.candidate / "vllm" / "_C.abi3.so"
     assert so.is_symlink() and so.resolve() == (release.root / "vllm" / "_C.abi3.so").resolve()
     manifest = json.loads(trees.manifest_path.read_text())
-    assert manifest["kind"] == "vllm-trees" and manifest["schema_version"] == 1
+    assert manifest["kind"] == "vllm-trees" and manifest["schema_version"] == 2
     assert manifest["vllm_version"] == "9.9.9" and manifest["reverse"] is False
     assert manifest["patch_sha256"] == build.sha256_file(patch_file)
     (change,) = manifest["changed_files"]
@@ -97,21 +79,21 @@ def test_reverse_of_a_patch_the_release_lacks_says_drop_reverse(tmp_path, patch_
 def test_missing_file_is_named(tmp_path):
     release = make_release(tmp_path / "rel")
     p = tmp_path / "other.patch"
-    p.write_text(_diff("vllm/layers/absent.py", BEFORE, AFTER))
+    p.write_text(diff("vllm/layers/absent.py", BEFORE, AFTER))
     with pytest.raises(PatchError, match=r"absent\.py"):
         build.build_trees(build.BuildOptions(patch=p, out=tmp_path / "out"), release=release)
 
 
 def test_patch_touching_cuda_sources_is_refused(tmp_path):
     p = tmp_path / "cuda.patch"
-    p.write_text(_diff("csrc/moe/marlin_moe.cu", "a\n", "b\n") + _diff(MOD, BEFORE, AFTER))
+    p.write_text(diff("csrc/moe/marlin_moe.cu", "a\n", "b\n") + diff(MOD, BEFORE, AFTER))
     with pytest.raises(PatchError, match="full build"):
         build.build_trees(build.BuildOptions(patch=p, out=tmp_path / "out"), release=make_release(tmp_path / "r"))
 
 
 def test_paths_outside_vllm_are_recorded_not_applied(tmp_path, patch_file):
     p = tmp_path / "with-tests.patch"
-    p.write_text(patch_file.read_text() + _diff("tests/test_mod.py", "x = 1\n", "x = 2\n"))
+    p.write_text(patch_file.read_text() + diff("tests/test_mod.py", "x = 1\n", "x = 2\n"))
     trees = build.build_trees(build.BuildOptions(patch=p, out=tmp_path / "out"), release=make_release(tmp_path / "r"))
     assert trees.manifest.ignored_patch_paths == ("tests/test_mod.py",)
 
@@ -126,7 +108,7 @@ def test_missing_patch_and_bad_version_are_usage_errors(tmp_path):
 def test_not_a_patch_is_refused(tmp_path):
     p = tmp_path / "empty.patch"
     p.write_text("just words\n")
-    with pytest.raises(PatchError, match="diff --git"):
+    with pytest.raises(PatchError, match="git apply finds no file in it"):
         build.build_trees(build.BuildOptions(patch=p, out=tmp_path / "o"), release=make_release(tmp_path / "r"))
 
 
@@ -196,14 +178,13 @@ def test_a_dependency_the_release_imports_is_one_clear_error(tmp_path, monkeypat
     import sys
 
     release = make_release(tmp_path / "rel", version="0.33.0")
-    entry = release.root / "vllm/model_executor/layers/fused_moe/experts/marlin_moe.py"
-    entry.parent.mkdir(parents=True)
+    entry = release.root / ENTRY
     for pkg in ("model_executor", "model_executor/layers", "model_executor/layers/fused_moe",
                 "model_executor/layers/fused_moe/experts"):  # fmt: skip
         (release.root / "vllm" / pkg / "__init__.py").write_text("")
-    entry.write_text("import cpuinfo_not_installed_here\n")
+    entry.write_text("import cpuinfo_not_installed_here\nfrom vllm.layers import mod\n")
     patch = tmp_path / "p.patch"
-    patch.write_text(_diff(MOD, BEFORE, AFTER))
+    patch.write_text(diff(MOD, BEFORE, AFTER))
     trees = build.build_trees(build.BuildOptions(patch=patch, out=tmp_path / "trees"), release=release)
     code = (
         "import sys; from ci.build import load_trees; from ci.variants import put_base_first, check_base_importable\n"
@@ -244,3 +225,109 @@ def test_a_change_is_picked_by_name_and_brings_its_contract(tmp_path):
 
 
 DEFAULT_CONTRACT = "marlin-ep-m-estimate/contract.py"
+
+
+# What the candidate runs is what differs between the trees (ci.treediff), not what a patch's headers say.
+
+ALIGN = "vllm/layers/align.py"  # a second module the entry imports (as marlin_moe imports moe_align_block_size)
+
+
+def _release_with(root: Path, files: dict[str, str], entry: str) -> build.Release:
+    release = make_release(root)
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / ENTRY).write_text(entry)
+    return release
+
+
+def test_a_hidden_plain_section_is_listed_and_loaded_from_the_candidate(tmp_path):
+    """Issue 21, item 1: a harmless git-format hunk, then a plain unified diff of the aligner. The manifest
+    listed only the first file and the candidate ran the base's aligner (67 passed on the H200)."""
+    from ci import variants
+
+    release = _release_with(tmp_path / "rel", {ALIGN: "def align(x):\n    return x\n"},
+                            entry="from vllm.layers import mod\nfrom vllm.layers.align import align\n")  # fmt: skip
+    patch = tmp_path / "hidden.patch"
+    patch.write_text(
+        diff(MOD, BEFORE, BEFORE.replace("import os\n", "import os  # a comment\n"))
+        + plain_diff(ALIGN, "def align(x):\n    return x\n", "def align(x):\n    return None\n")
+    )
+    trees = build.build_trees(build.BuildOptions(patch=patch, out=tmp_path / "out"), release=release)
+    assert [c.path for c in trees.manifest.changed_files] == [ALIGN, MOD]
+    assert variants.candidate_modules(trees.manifest.changed_files, trees.candidate, source="p") == [
+        "vllm.layers.align", "vllm.layers.mod", ENTRY_MODULE]  # fmt: skip
+
+
+def test_a_path_with_b_slash_is_named_not_ignored(tmp_path):
+    """``diff --git a/vllm/x b/y.py b/vllm/x b/y.py``: the header parser took ``y.py b/vllm/x b/y.py``, outside
+    vllm/, as ignored; git created the file in the candidate. Now the tree diff names it, and the build
+    refuses it: no module of the Marlin path imports it."""
+    odd = "vllm/x b/y.py"
+    release = _release_with(tmp_path / "rel", {odd: "X = 1\n"}, entry="from vllm.layers import mod\n")
+    patch = tmp_path / "odd.patch"
+    patch.write_text(diff(MOD, BEFORE, AFTER) + diff(odd, "X = 1\n", "X = 2\n"))
+    with pytest.raises(PatchError, match=r"vllm/x b/y\.py is not imported by vllm\.model_executor") as err:
+        build.build_trees(build.BuildOptions(patch=patch, out=tmp_path / "out"), release=release)
+    assert "Nothing was changed" in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_change_reached_only_through_an_unchanged_module_is_refused_with_the_chain(tmp_path):
+    deep = "vllm/layers/deep.py"
+    middle = {"vllm/layers/middle.py": "from vllm.layers import deep\n"}
+    entry = "from vllm.layers import mod, middle\n"
+    release = _release_with(tmp_path / "rel", {deep: "K = 1\n", **middle}, entry=entry)
+    patch = tmp_path / "deep.patch"
+    patch.write_text(diff(MOD, BEFORE, AFTER) + plain_diff(deep, "K = 1\n", "K = 2\n"))
+    with pytest.raises(PatchError) as err:
+        build.build_trees(build.BuildOptions(patch=patch, out=tmp_path / "out"), release=release)
+    assert (
+        f"vllm/layers/deep.py is imported only through unchanged modules ({ENTRY_MODULE} -> vllm.layers.middle "
+        "-> vllm.layers.deep), which keep the base's, so the candidate would never run it"
+    ) in str(err.value)
+
+
+def test_a_symlink_the_patch_adds_is_refused_and_the_host_file_never_read(tmp_path, patch_file):
+    """Issue 21, item 6: a symbolic link to a host file, created by git apply, was hashed into the manifest."""
+    host = tmp_path / "host-secret"
+    host.write_text("secret")
+    link = patch_file.parent / "link.patch"
+    link.write_text(patch_file.read_text() + f"diff --git a/vllm/layers/leak.py b/vllm/layers/leak.py\nnew file mode "
+                    f"120000\n--- /dev/null\n+++ b/vllm/layers/leak.py\n@@ -0,0 +1 @@\n+{host}\n\\ No newline at end "
+                    "of file\n")  # fmt: skip
+    with pytest.raises(PatchError, match=rf"puts symbolic links into vLLM \(vllm/layers/leak.py -> {host}\)"):
+        build.build_trees(build.BuildOptions(patch=link, out=tmp_path / "out"), release=make_release(tmp_path / "r"))
+
+
+def test_trees_changed_after_the_build_are_refused(tmp_path, patch_file):
+    from ci import variants
+
+    trees = build.build_trees(build.BuildOptions(patch=patch_file, out=tmp_path / "out"),
+                              release=make_release(tmp_path / "rel"))  # fmt: skip
+    (trees.candidate / "vllm" / "layers" / "extra.py").write_text("X = 1\n")
+    with pytest.raises(DataError, match=r"no longer differ as the manifest records \(now: vllm/layers/extra.py, "):
+        variants.load_candidate(trees)
+
+
+def test_the_tree_diff_sees_content_mode_links_added_and_removed(tmp_path):
+    from ci import treediff
+
+    base, cand = tmp_path / "b", tmp_path / "c"
+    for tree in (base, cand):
+        (tree / "vllm").mkdir(parents=True)
+        (tree / "vllm" / "same.py").write_text("x\n")
+        (tree / "vllm" / "mode.py").write_text("x\n")
+        (tree / "vllm" / "data.json").symlink_to(tmp_path / "release.json")
+    (tmp_path / "release.json").write_text("{}")
+    (base / "vllm" / "content.py").write_text("a\n")
+    (cand / "vllm" / "content.py").write_text("b\n")
+    (cand / "vllm" / "mode.py").chmod(0o755)
+    (base / "vllm" / "gone.py").write_text("x\n")
+    (cand / "vllm" / "new.py").write_text("x\n")
+    (cand / "vllm" / "link.py").symlink_to("/etc/hostname")
+    (base / "vllm" / "copied.json").symlink_to(tmp_path / "release.json")  # a link the builder copied out
+    (cand / "vllm" / "copied.json").write_text("{}")
+    found = {c.path: c.what for c in treediff.differences(base, cand)}
+    assert found == {"vllm/content.py": "modified", "vllm/mode.py": "mode", "vllm/gone.py": "removed",
+                     "vllm/new.py": "added", "vllm/link.py": "link"}  # fmt: skip

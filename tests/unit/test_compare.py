@@ -3,44 +3,20 @@
 from __future__ import annotations
 
 import json
-import math
-import random
 from pathlib import Path
 
 import pytest
 
 from ci import baselines, compare, kernel_subject, report
 from ci.errors import ExitCode, UsageError
-from ci.results import BenchResults, CaseResult, load_results
+from ci.results import BenchResults, load_results
+from tests.unit.factories import make_results
 
 
 @pytest.fixture(autouse=True)
 def no_job_summary(monkeypatch):
     """Keep these runs out of a real GitHub job summary (act and Actions set the variable)."""
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-
-
-GPU = {"driver": "580", "count": 1, "gpus": [{"name": "NVIDIA H200", "index": 0}]}
-
-
-def make_results(ratio_by_case: dict[str, float], *, n: int = 50, seed: int = 0, suite: str = "unit") -> BenchResults:
-    rng = random.Random(seed)
-    cases = []
-    for cid, ratio in ratio_by_case.items():
-        base = [100 * math.exp(rng.gauss(0, 0.004)) for _ in range(n)]
-        cand = [ratio * 100 * math.exp(rng.gauss(0, 0.004)) for _ in range(n)]
-        sweep = {str(bm): [100.0 + abs(bm - 16)] * 5 for bm in (8, 16, 32, 48, 64)}
-        cases.append(
-            CaseResult(
-                id=cid,
-                unit="us/call",
-                samples={"base": base, "candidate": cand},
-                info={"block_size_m": {"base": 64, "candidate": 16}},
-                extra={"block_sizes_us": sweep},
-            )
-        )
-    settings = {"expected_cases": list(ratio_by_case), "complete": True}  # what every stage writes
-    return BenchResults(kind="kernel-bench", suite=suite, provenance={"gpu": GPU}, settings=settings, cases=cases)
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ci import contracts
@@ -53,7 +55,8 @@ def test_without_a_contract_only_the_non_ep_path_is_held():
         (lambda s: s.replace('"default": {}', '"default": {"V": "0"}'), "must be empty"),
         (lambda s: s.replace('{"V": "1"}', '{"V": 1}'), "SETTINGS must map names"),
         (lambda s: s + "batched_block_size_m = 3\n", "batched_block_size_m must be a function"),
-        (lambda s: s + "raise RuntimeError('boom')\n", "failed to load: RuntimeError: boom"),
+        (lambda s: s + "BAD = int('boom')\n", "failed to load: ValueError: invalid literal"),
+        (lambda s: s + "raise RuntimeError('boom')\n", "line 11: a Raise statement at the top level"),
     ],
 )
 def test_a_bad_contract_is_one_error_naming_the_file(tmp_path, edit, message):
@@ -151,3 +154,65 @@ def test_a_recorded_relative_path_is_found_from_here_or_from_the_repository(tmp_
     changed = {**here, "sha256": "0" * 64}
     with pytest.raises(UsageError, match=rf"the manifest was built \(sha256 000000000000 -> {here['sha256'][:12]}\)"):
         contracts.from_manifest(changed)
+
+
+# A contract is data, not a way out (issue 21, item 3) ---------------------------------------------------
+
+ESCAPES = [
+    ("import sys\nsys.exit(0)\n", "line 1: an import other than `import math`"),
+    ("from ci import evidence\n", "line 1: an import other than `from ci import spec`"),
+    (
+        "from ci import spec\nspec.pick_block_size_m = lambda *a: 8\n",
+        "an assignment to the attribute pick_block_size_m",
+    ),
+    ("from ci import spec\nX = spec.Fraction\nY = spec.__dict__\n", "line 3: the attribute __dict__"),
+    ("X = ().__class__.__bases__\n", "the attribute __bases__"),
+    ("X = __import__('os')\n", "the name __import__"),
+    ("def fused_block_size_m(**kw):\n    import os\n    return 8\n", "an import inside a function"),
+    ("def fused_block_size_m(**kw):\n    while True:\n        pass\n", "a While construct"),
+    ("def fused_block_size_m(**kw):\n    global NAME\n    return 8\n", "a Global construct"),
+    ("from ci import spec\nX = spec.math\n", "spec.math, which is not one of its rules or constants"),
+    ("def f(g):\n    return g.gi_frame\n", "the attribute gi_frame (only count, endswith"),
+    ("try:\n    X = 1\nexcept Exception:\n    pass\n", "a Try statement at the top level"),
+    ("X = exit(0)\n", "failed to load: NameError: name 'exit' is not defined"),
+    ("X = open('/etc/hostname')\n", "failed to load: NameError: name 'open' is not defined"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), ESCAPES)
+def test_a_contract_cannot_reach_the_process_the_gate_or_the_host(tmp_path, text, message):
+    path = _write(tmp_path, GOOD + text if not text.startswith(("import", "from")) else text + GOOD)
+    with pytest.raises(contracts.ContractError, match=re.escape(message)) as err:
+        contracts.load_contract(path)
+    assert str(err.value).startswith(str(path))
+
+
+def test_sys_exit_in_a_contract_is_a_usage_error_and_the_build_writes_nothing(tmp_path, monkeypatch, capsys):
+    """It made ci.build exit 0 with the previous manifest in place (sys.exit(0)), or 4, read as NO_BASELINE."""
+    from ci import build
+    from ci.cli import run_main
+    from tests.unit.factories import AFTER, BEFORE, MOD, diff, make_release
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "change.patch").write_text(diff(MOD, BEFORE, AFTER))
+    (folder / "contract.py").write_text("import sys\nsys.exit(0)\n")
+    release = make_release(tmp_path / "rel")
+    monkeypatch.setattr(build, "resolve_release", lambda spec, cache: release)
+    args = ["--patch", str(folder / "change.patch"), "--out", str(tmp_path / "out")]
+    assert run_main(build.main, args) == 2
+    assert "contract.py, line 1: an import other than `import math`" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    (folder / "contract.txt").write_text(GOOD)
+    assert run_main(build.main, [*args, "--contract", str(folder / "contract.txt")]) == 2
+    assert "a contract is a .py file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["/tmp/mine", "../../tmp/mine", "marlin-ep-m-estimate/../block-size-override",
+                                  "Marlin", "x\n", ""])  # fmt: skip
+def test_change_takes_a_name_under_ci_changes_only(name):
+    from ci import build
+
+    with pytest.raises(UsageError) as err:
+        build.patch_of(name or " ", None)
+    assert "a change is named by its folder in ci/changes/" in str(err.value) or "no " in str(err.value)

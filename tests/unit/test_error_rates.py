@@ -7,7 +7,7 @@ import pytest
 from ci import error_rates, stats
 from ci.compare import compare_ab
 from ci.errors import UsageError
-from tests.unit.test_compare import make_results
+from tests.unit.factories import make_results
 
 
 def _gate(ratios):

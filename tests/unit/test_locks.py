@@ -98,3 +98,11 @@ def test_gpu_sessions_use_the_release_lock_and_build_from_it(noxfile, monkeypatc
     session = FakeSession()  # without the requirement, a release without a lock installs from the index
     assert noxfile._install_vllm_deps(session, parse_session_args(["--vllm", "0.26.0"]), gpu=True) is False
     assert session.installed == [("vllm==0.26.0",), ("-r", "requirements/test.txt")]
+
+
+def test_a_stage_killed_by_a_signal_exits_128_plus_the_signal_never_fail(noxfile):
+    """A stage killed for memory returned -9, which the noxfile turned into 1, the FAIL code (issue 21, item 5)."""
+    assert noxfile.stage_code(-9) == 137 and noxfile.stage_code(-15) == 143
+    assert noxfile.stage_code(1) == 1 and noxfile.stage_code(10) == 10
+    assert noxfile.stage_code(5, noxfile.PYTEST_CODES) == 2 and noxfile.stage_code(1, noxfile.PYTEST_CODES) == 1
+    assert noxfile.stage_code(None) == noxfile.stage_code(0) == 70

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ci import compare, kernel_subject, subjects
-from tests.unit.test_verdict_logic import _blocked_results
+from tests.unit.factories import blocked_results as _blocked_results
 
 
 def test_a_registered_subject_is_found_by_its_kind_and_others_get_the_plain_one():

@@ -13,6 +13,7 @@ import pytest
 from ci import build, jobsummary, refpatch, trust
 from ci.cli import run_main
 from ci.errors import ExitCode, PatchError, UntrustedError, UsageError
+from tests.unit.factories import make_release
 
 REVIEWED = "a" * 40
 PUSHED = "b" * 40
@@ -151,10 +152,7 @@ def test_branch_patch_is_the_merge_base_diff_under_vllm_and_builds(fork, tmp_pat
     assert (
         "tests/test_mod.py" not in text and "left out (not under vllm/): tests/test_mod.py" in capsys.readouterr().out
     )
-    release = build.Release(version="9.9.9", root=tmp_path / "rel", source="t")
-    (release.root / "vllm" / "layers").mkdir(parents=True)
-    (release.root / "vllm" / "__init__.py").write_text("")
-    (release.root / "vllm" / "layers" / "mod.py").write_text("def pick(m):\n    return m\n")
+    release = make_release(tmp_path / "rel", text="def pick(m):\n    return m\n")
     trees = build.build_trees(build.BuildOptions(patch=out, out=tmp_path / "trees"), release=release)
     assert "m // 2" in (trees.candidate / "vllm" / "layers" / "mod.py").read_text()
     assert "m // 2" not in (trees.base / "vllm" / "layers" / "mod.py").read_text()
@@ -181,10 +179,7 @@ def test_build_from_refs_overlays_the_merge_base_and_records_the_branch(fork, tm
     candidate = base + the branch's diff; the manifest names both refs and the patch made from them."""
     monkeypatch.chdir(tmp_path)  # the builder's own folder (.gate/refs) goes here
     (fork / "vllm" / "layers" / "mod.py").write_text("def pick(m):\n    return m  # main, uncommitted\n")
-    release = build.Release(version="9.9.9", root=tmp_path / "rel", source="t")
-    (release.root / "vllm" / "layers").mkdir(parents=True)
-    (release.root / "vllm" / "__init__.py").write_text("")
-    (release.root / "vllm" / "layers" / "mod.py").write_text("def pick(m):\n    return m + 0  # release\n")
+    release = make_release(tmp_path / "rel", text="def pick(m):\n    return m + 0  # release\n")
     opts = build.BuildOptions(vllm_src=fork, base_ref="main", head_ref="feature", out=tmp_path / "trees")
     trees = build.build_trees(opts, release=release)
     assert (trees.base / "vllm/layers/mod.py").read_text() == "def pick(m):\n    return m\n", "the merge-base's file"
@@ -219,3 +214,107 @@ def test_session_args_pass_the_refs_to_the_builder():
     assert args.build_argv == ("--vllm", "0.25.1", "--vllm-src", "fork", "--base-ref", "origin/main",
                                "--head-ref", "HEAD")  # fmt: skip
     assert args.rest == ("-k", "x")
+
+
+# The branch mode does not depend on the user's environment (issue 21, item 6) -------------------------
+
+
+def test_the_users_git_configuration_does_not_change_the_branch_patch(fork, tmp_path, monkeypatch):
+    """diff.noprefix or color.diff=always in the user's (or the repository's) configuration wrote a patch
+    git apply could not read (a misleading exit 5)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[diff]\n\tnoprefix = true\n\tmnemonicPrefix = true\n[color]\n\tdiff = always\n"
+                                     "\tui = always\n[core]\n\tquotepath = true\n")  # fmt: skip
+    monkeypatch.setenv("HOME", str(home))
+    _git(fork, "config", "diff.noprefix", "true")
+    _git(fork, "config", "color.diff", "always")
+    text, _ = refpatch.make_patch(fork, "main", "feature")
+    assert "diff --git a/vllm/layers/mod.py b/vllm/layers/mod.py" in text and "\x1b[" not in text
+    release = make_release(tmp_path / "rel", text="def pick(m):\n    return m\n")
+    patch = tmp_path / "p.patch"
+    patch.write_text(text)
+    trees = build.build_trees(build.BuildOptions(patch=patch, out=tmp_path / "trees"), release=release)
+    assert "m // 2" in (trees.candidate / "vllm" / "layers" / "mod.py").read_text()
+
+
+def test_a_file_that_is_not_utf8_is_refused_with_its_path(fork):
+    _git(fork, "checkout", "-q", "feature")
+    (fork / "vllm" / "layers" / "latin.py").write_bytes("# caf\xe9\n".encode("latin-1"))
+    _git(fork, "add", ".")
+    _git(fork, "commit", "-qm", "latin-1")
+    with pytest.raises(PatchError, match=r"vllm/layers/latin.py at [0-9a-f]{12} is not UTF-8 text"):
+        refpatch.make_patch(fork, "main", "feature")
+
+
+def test_symbolic_links_in_the_branch_or_at_the_merge_base_are_refused(fork, tmp_path):
+    _git(fork, "checkout", "-q", "feature")
+    (fork / "vllm" / "layers" / "leak.py").symlink_to("/etc/passwd")
+    _git(fork, "add", ".")
+    _git(fork, "commit", "-qm", "a link")
+    with pytest.raises(PatchError, match=r"holds symbolic links under vllm/ \(vllm/layers/leak.py\)"):
+        refpatch.make_patch(fork, "main", "feature")
+    _git(fork, "checkout", "-q", "main")
+    (fork / "vllm" / "abs.py").symlink_to("/etc/hostname")  # at the merge-base: a traceback (exit 70) before
+    _git(fork, "add", ".")
+    _git(fork, "commit", "-qm", "absolute link on main")
+    dest = tmp_path / "export"
+    with pytest.raises(PatchError, match=r"vllm/abs.py at main of .* is not a file \(mode 120000"):
+        build._export_vllm(fork, "main", dest)
+    assert not dest.exists()
+
+
+@pytest.mark.parametrize("path", ["csrc/moe/marlin.cxx", "vllm/kernels/k.hip", "vllm/k.cubin",
+                                  "csrc/moe/CMakeLists.txt", "vllm/third_party/CMakeLists.txt"])  # fmt: skip
+def test_every_compiled_source_is_refused(fork, path):
+    _git(fork, "checkout", "-q", "feature")
+    (fork / path).parent.mkdir(parents=True, exist_ok=True)
+    (fork / path).write_text("compiled\n")
+    _git(fork, "add", ".")
+    _git(fork, "commit", "-qm", "compiled")
+    with pytest.raises(PatchError, match=rf"changes compiled sources \({path}\)"):
+        refpatch.make_patch(fork, "main", "feature")
+
+
+def test_the_export_takes_blobs_as_stored_not_as_gitattributes_say(fork, tmp_path):
+    _git(fork, "checkout", "-q", "main")
+    (fork / ".gitattributes").write_text("vllm/layers/mod.py export-ignore\n")
+    _git(fork, "add", ".")
+    _git(fork, "commit", "-qm", "attributes")
+    build._export_vllm(fork, "main", tmp_path / "export")
+    assert (tmp_path / "export" / "vllm" / "layers" / "mod.py").read_text() == "def pick(m):\n    return m\n"
+
+
+# Strict types, one-line outputs, normalised numbers (issue 21, item 8) ---------------------------------
+
+
+@pytest.mark.parametrize("pr", ["012", "١٢", "+12", "12\n", "0"])
+def test_a_pr_number_is_written_as_in_its_url(pr, capsys):
+    args = ["verify-pr", "--repository", "o/r", "--pr", pr, "--sha", REVIEWED]
+    assert run_main(trust.main, args) == ExitCode.USAGE
+    assert "expected a pull request number as written in its URL" in capsys.readouterr().err
+
+
+def test_outputs_are_one_line_each(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(out))
+    args = ["check-ref", "--ref", "refs/heads/main", "--allowed", "refs/heads/main", "--sha", REVIEWED + "\nx=1"]
+    assert run_main(trust.main, args) == ExitCode.USAGE
+    assert not out.exists()
+    bad_sha = ["verify-pr", "--repository", "o/r", "--pr", "7", "--sha", REVIEWED + "\n"]
+    assert run_main(trust.main, bad_sha) == ExitCode.USAGE
+    assert run_main(trust.main, ["verify-pr", "--repository", "o/r\n", "--pr", "7", "--sha", REVIEWED]) == 2
+
+
+@pytest.mark.parametrize("code", ["256", "-1", "1e1", "٣"])
+def test_an_exit_status_outside_0_to_255_is_refused_not_read_as_success(code):
+    with pytest.raises(SystemExit) as done:
+        jobsummary.main(["--stage", "s", "--exit-code", code])
+    assert done.value.code == 2
+
+
+def test_a_stage_killed_by_a_signal_is_named_for_it_never_fail(capsys):
+    assert jobsummary.describe(137)[0] == "KILLED" and jobsummary.describe(143)[0] == "SIGNAL_15"
+    assert jobsummary.main(["--stage", "bench\n::notice::x", "--exit-code", "137"]) == 137
+    out = capsys.readouterr().out
+    assert out.startswith("::error title=KILLED::bench ::notice::x: KILLED (exit 137)") and out.count("\n") == 1

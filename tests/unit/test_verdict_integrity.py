@@ -20,10 +20,9 @@ import pytest
 
 from ci import baselines, build, compare, evidence, patching, stats
 from ci.cli import run_main
-from ci.errors import ExitCode, PatchError, ServerError, UsageError
-from ci.results import BenchResults
-from tests.unit.test_build import BEFORE, MOD, _diff, make_release
-from tests.unit.test_compare import make_results
+from ci.errors import DataError, ExitCode, IncompleteEvidenceError, PatchError, ServerError, UsageError
+from ci.results import BenchResults, CaseResult, load_results
+from tests.unit.factories import BEFORE, MOD, diff, kernel_results, make_release, make_results
 
 ROOT = Path(__file__).resolve().parents[2]
 X1 = ROOT / "reports" / "nvidia-h200-x1"
@@ -253,17 +252,17 @@ def _nox_gate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_nox_passes_the_stages_exit_code_through(tmp_path):
-    fail = _save(make_results({"a": 1.10}), tmp_path / "fail.json")
-    nobase = _save(make_results({"a": 1.0}, suite="never-recorded"), tmp_path / "nobase.json")
+    fail = _save(kernel_results(ratio=1.10), tmp_path / "fail.json")
+    nobase = _save(kernel_results(), tmp_path / "nobase.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    incomplete = _save(make_results({"a": 1.0}), tmp_path / "inc.json", complete=False)
+    incomplete = _save(kernel_results(), tmp_path / "inc.json", complete=False)
     cases = {
         ExitCode.FAILED: ["--results", str(fail)],
         ExitCode.NO_BASELINE: ["--results", str(nobase), "--mode", "baseline", "--baseline-dir", str(tmp_path)],
         ExitCode.DATA: ["--results", str(bad)],
         ExitCode.INCOMPLETE: ["--results", str(incomplete)],
-        ExitCode.OK: ["--results", str(_save(make_results({"a": 1.0}), tmp_path / "ok.json"))],
+        ExitCode.OK: ["--results", str(_save(kernel_results(), tmp_path / "ok.json"))],
     }
     for code, args in cases.items():
         done = _nox_gate(tmp_path, *args)
@@ -276,7 +275,7 @@ def test_nox_passes_the_stages_exit_code_through(tmp_path):
 @pytest.fixture
 def patch_file(tmp_path: Path) -> Path:
     p = tmp_path / "change.patch"
-    p.write_text(_diff(MOD, BEFORE, BEFORE.replace("m = m\n", "m = m // 2\n")))
+    p.write_text(diff(MOD, BEFORE, BEFORE.replace("m = m\n", "m = m // 2\n")))
     return p
 
 
@@ -294,7 +293,7 @@ def test_failed_patch_keeps_the_previous_trees(tmp_path, patch_file):
     out = tmp_path / "out"
     good = build.build_trees(build.BuildOptions(patch=patch_file, out=out), release=release)
     broken = tmp_path / "broken.patch"
-    broken.write_text(_diff(MOD, BEFORE.replace("LIMIT = 3", "LIMIT = 4"), BEFORE.replace("LIMIT = 3", "LIMIT = 5")))
+    broken.write_text(diff(MOD, BEFORE.replace("LIMIT = 3", "LIMIT = 4"), BEFORE.replace("LIMIT = 3", "LIMIT = 5")))
     with pytest.raises(PatchError):
         build.build_trees(build.BuildOptions(patch=broken, out=out), release=release)
     assert build.load_trees(good.manifest_path).manifest == good.manifest
@@ -405,6 +404,26 @@ def test_an_error_removes_the_earlier_verdict_and_keeps_other_files(tmp_path):
     args = ["--results", str(nobase), "--mode", "baseline", "--baseline-dir", str(tmp_path / "none"), "--out-dir"]
     assert _gate(*args, str(out)) == ExitCode.NO_BASELINE
     assert not (out / "verdict.json").exists(), "a PASS verdict outlived a NO_BASELINE run"
+
+
+def test_the_gate_never_removes_a_verdict_file_it_did_not_write(tmp_path, capsys):
+    """Issue 21, item 4: a report.md or verdict.json of someone else's in --out was deleted, even by a run
+    that then failed. Only the files of the stage's own marker (with their sha256) are replaced now."""
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "report.md").write_text("my notes")
+    ok = _save(make_results({"a": 1.0}), tmp_path / "ok.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    for results in (bad, ok):
+        assert _gate("--results", str(results), "--out", str(out)) == ExitCode.USAGE
+        assert (out / "report.md").read_text() == "my notes" and not (out / "verdict.json").exists()
+    assert "report.md there was not written by ci.compare (or changed since)" in capsys.readouterr().err
+    (out / "report.md").unlink()
+    assert _gate("--results", str(ok), "--out", str(out)) == ExitCode.OK
+    (out / "verdict.json").write_text("{}")  # its own file, changed since: no longer its own
+    assert _gate("--results", str(ok), "--out", str(out)) == ExitCode.USAGE
+    assert (out / "verdict.json").read_text() == "{}"
 
 
 # 5. one crashing candidate fails alone ----------------------------------------------------------
@@ -572,14 +591,159 @@ def test_a_busy_gpu_has_its_own_exit_code_not_no_gpu(tmp_path, monkeypatch, caps
     assert run_main(bench.main, [*args, "--blocks", "3"]) == ExitCode.USAGE  # fewer than 6 blocks
 
 
-def test_trees_of_the_builder_before_the_marker_are_still_its_own(tmp_path, patch_file):
+def test_a_folder_with_a_copied_manifest_but_no_marker_is_not_the_builders(tmp_path, patch_file):
+    """A manifest of kind vllm-trees copied into a folder of one's own files once made the builder take the
+    folder for its own and delete it; only its marker counts now."""
     release = make_release(tmp_path / "rel")
-    out = tmp_path / "out"
-    trees = build.build_trees(build.BuildOptions(patch=patch_file, out=out), release=release)
-    (out / build.TREES_MARKER).unlink()  # as an earlier version left them: a manifest, no marker
-    again = build.build_trees(build.BuildOptions(patch=patch_file, out=out), release=release)
-    assert again.manifest.changed_files == trees.manifest.changed_files
-    (out / build.TREES_MARKER).unlink()
-    (out / "manifest.json").write_text('{"kind": "something-else", "schema_version": 1}')
-    with pytest.raises(UsageError, match="did not make"):
-        build.build_trees(build.BuildOptions(patch=patch_file, out=out), release=release)
+    built = build.build_trees(build.BuildOptions(patch=patch_file, out=tmp_path / "trees"), release=release)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    (mine / "manifest.json").write_text(built.manifest_path.read_text())
+    with pytest.raises(UsageError, match="holds files the gate did not make"):
+        build.build_trees(build.BuildOptions(patch=patch_file, out=mine), release=release)
+    assert (mine / "thesis.tex").read_text() == "years of work"
+
+
+# Completeness is the gate's definition, never the file's word (issue 21, item 2) --------------------------
+
+
+def _one_of_the_default_suite(tmp_path: Path) -> Path:
+    """A kernel results file of suite default holding 1 of its 118 cases, saying complete: true and listing
+    no expected cases: it PASSed A/B and became the default baseline."""
+    full = kernel_results("default", case_filter="deepseek-v3/ep1/tpr1/*")
+    full.settings = {"complete": True, "aa": False}
+    return _save(full, tmp_path / "one.json")
+
+
+def test_a_file_that_says_complete_but_holds_one_case_of_its_suite_is_incomplete(tmp_path, capsys):
+    one = _one_of_the_default_suite(tmp_path)
+    assert _gate("--results", str(one), "--out", str(tmp_path / "o")) == ExitCode.INCOMPLETE
+    assert "117 of the 118 cases of suite 'default' are missing: deepseek-v3/ep1/tpr4/" in capsys.readouterr().out
+    with pytest.raises(IncompleteEvidenceError, match="117 of the 118 cases of suite 'default' are missing"):
+        baselines.record(one, tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_suite_or_profile_the_gate_does_not_define_is_incomplete(tmp_path):
+    made_up = kernel_results("quick")
+    made_up.suite = "mine"
+    assert evidence.run_problems(made_up)[0] == (
+        "suite 'mine' is not one the kernel bench defines (default, quick): "
+        "these results were not written by this gate's bench; re-run it"
+    )
+    tpot = load_results(X1 / "tpot-pr-aa.json")
+    assert evidence.run_problems(tpot) == []
+    tpot.cases[0].samples["candidate"] = tpot.cases[0].samples["candidate"][:6]  # the pr profile runs 8 rounds
+    (problem,) = evidence.run_problems(tpot)
+    assert problem == f"case {tpot.cases[0].id}: 6 sample(s) of 'candidate', at least 8 are needed"
+    tpot.suite = "qwen3-30b-a3b-like-dp1-fast"
+    assert evidence.run_problems(tpot)[0].startswith("suite 'qwen3-30b-a3b-like-dp1-fast' is not one the TPOT stage "
+                                                     "defines")  # fmt: skip
+
+
+def test_force_never_shrinks_a_baseline(tmp_path):
+    bdir = tmp_path / "b"
+    baselines.record(_save(kernel_results("quick"), tmp_path / "full.json"), bdir)
+    subset = kernel_results("quick", case_filter="deepseek-v3/*")  # a subset: refused as a record anyway
+    subset.settings["case_filter"] = None
+    subset.cases = subset.cases[:3]
+    stored = bdir / "nvidia-h200-x1" / "quick.json"
+    before = stored.read_bytes()
+    with pytest.raises(IncompleteEvidenceError):
+        baselines.record(_save(subset, tmp_path / "sub.json"), bdir, force=True)
+    assert stored.read_bytes() == before
+
+
+def test_force_that_would_drop_cases_of_the_stored_baseline_is_refused(tmp_path, monkeypatch):
+    """The suite lost cases (here: the stored baseline holds one more than the suite now defines)."""
+    bdir = tmp_path / "b"
+    path = baselines.record(_save(kernel_results("quick"), tmp_path / "full.json"), bdir)
+    payload = json.loads(path.read_text())
+    extra = dict(payload["cases"][0], id="gone/ep1/tpr1/gptq-int4-g128/bf16")
+    payload["cases"].append(extra)
+    path.write_text(json.dumps(payload))
+    with pytest.raises(
+        UsageError,
+        match=r"lacks 1 of the stored baseline's cases \(gone/ep1/tpr1/gptq-int4-g128/bf16"
+        r"\): --force replaces a baseline, it never shrinks one",
+    ):
+        baselines.record(_save(kernel_results("quick", seed=2), tmp_path / "new.json"), bdir, force=True)
+    assert json.loads(path.read_text()) == payload
+
+
+def test_a_baseline_that_is_not_complete_by_the_gates_definition_is_no_reference(tmp_path, capsys):
+    bdir = tmp_path / "b"
+    path = baselines.record(_save(kernel_results("quick"), tmp_path / "full.json"), bdir)
+    payload = json.loads(path.read_text())
+    payload["cases"] = payload["cases"][:1]  # edited by hand after the record
+    path.write_text(json.dumps(payload))
+    run = _save(kernel_results("quick", seed=3), tmp_path / "run.json")
+    args = ["--results", str(run), "--mode", "baseline", "--baseline-dir", str(bdir), "--out", str(tmp_path / "o")]
+    assert _gate(*args) == ExitCode.INCOMPLETE
+    assert "the baseline: 8 of the 9 cases of suite 'quick' are missing" in capsys.readouterr().out
+
+
+def test_the_committed_baselines_are_complete_by_the_gates_definition():
+    for path in sorted((ROOT / "baselines").rglob("*.json")):
+        assert evidence.record_problems(load_results(path)) == [], path
+
+
+# Strict types for what the verdict reads (issue 21, item 8) --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda p: p.update(schema_version=True), "schema_version=True is not one this gate reads"),
+        (lambda p: p["settings"].update(complete="false"), "settings.complete should be true or false, found 'false'"),
+        (lambda p: p["settings"].update(aa=0), "settings.aa should be true or false, found 0"),
+        (lambda p: p["settings"].update(rounds_done=True), "settings.rounds_done should be an integer, found True"),
+        (lambda p: p["settings"].update(case_filter=["a"]), "settings.case_filter should be a string, found ['a']"),
+    ],
+)
+def test_a_field_the_verdict_reads_must_have_its_type(tmp_path, edit, message):
+    path = _save(make_results({"a": 1.0}), tmp_path / "r.json")
+    payload = json.loads(path.read_text())
+    edit(payload)
+    path.write_text(json.dumps(payload))
+    with pytest.raises(DataError) as err:
+        load_results(path)
+    assert message in str(err.value)
+
+
+def test_a_suite_name_with_a_line_break_makes_no_file(tmp_path):
+    results = kernel_results()
+    results.suite = "default\n"
+    with pytest.raises(DataError, match="is not a plain name"):
+        baselines.baseline_path(results, tmp_path)
+
+
+def test_case_and_sample_counts_are_bounded_and_checked_in_linear_time(tmp_path):
+    """100,000 cases: the duplicate check (list.count) gave no answer in 90 s; now a clear refusal."""
+    from ci import results as results_module
+
+    big = make_results({})
+    big.cases = [CaseResult(id=f"c{i}", unit="us", samples={"base": [1.0]}) for i in range(100_000)]
+    path = _save(big, tmp_path / "big.json")
+    with pytest.raises(DataError, match=r"100000 cases, more than the 10000 the gate reads"):
+        load_results(path)
+    many = make_results({"a": 1.0}, n=results_module.MAX_SAMPLES + 1)
+    with pytest.raises(DataError, match=r"20001 samples, more than the 20000 the gate reads"):
+        load_results(_save(many, tmp_path / "many.json"))
+    ids = {f"c{i}": 1.0 for i in range(10_000)}
+    wide = make_results(ids, n=6)
+    wide.settings["expected_cases"] = list(reversed(ids))
+    assert evidence.run_problems(wide) == []
+
+
+def test_a_release_that_requires_a_url_is_refused():
+    from ci import release_deps
+
+    metadata = "Metadata-Version: 2.1\nName: vllm\nRequires-Dist: torch==2.11.0\nRequires-Dist: {}\n"
+    for req in ("evil @ https://example.com/evil-1.0.tar.gz", "kern @ git+https://example.com/k.git",
+                "local @ file:///tmp/x.whl"):  # fmt: skip
+        with pytest.raises(ValueError, match="refusing a URL requirement"):
+            release_deps.cpu_tier_requirements(metadata.format(req))
+    lines, _ = release_deps.cpu_tier_requirements(metadata.format("numpy<2.4"))
+    assert lines == ["torch==2.11.*", "numpy<2.4"]

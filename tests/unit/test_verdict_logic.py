@@ -14,7 +14,8 @@ import pytest
 from ci import baselines, compare, evidence, kernel_subject, stats
 from ci.errors import DataError, ExitCode, UsageError
 from ci.results import BenchResults, CaseResult, load_results
-from tests.unit.test_compare import GPU, make_results
+from tests.unit.factories import GPU, kernel_results, make_results
+from tests.unit.factories import blocked_results as _blocked_results
 
 V = stats.Verdict
 
@@ -58,7 +59,7 @@ def test_report_fields_name_what_was_compared(tmp_path):
     gate = compare.compare_ab(results, 0.03, 0.95)
     payload = gate.to_json()
     assert payload["kind"] == "gate-verdict" and payload["schema_version"] == compare.VERDICT_VERSION == 2
-    assert payload["results_kind"] == "kernel-bench" and payload["mode"] == "ab"
+    assert payload["results_kind"] == "synthetic-bench" and payload["mode"] == "ab"
     assert payload["reference"] == "base build of the same run" and payload["suite"] == "unit"
     assert payload["provenance"] == {"gpu": GPU} and payload["problems"] == []
     (case,) = gate.cases
@@ -137,7 +138,7 @@ def test_outputs_land_in_a_new_nested_folder_with_nothing_left_behind(tmp_path, 
     path = _save(make_results({"a": 1.0}), tmp_path / "r.json")
     out = tmp_path / "deep" / "er" / "out"
     assert compare.main(["--results", path, "--out-dir", str(out)]) == ExitCode.OK
-    assert sorted(p.name for p in out.iterdir()) == ["plot.png", "report.md", "verdict.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".gate-verdict", "plot.png", "report.md", "verdict.json"]
     assert f"gate: PASS; wrote {out / 'verdict.json'}, report.md, plot.png" in capsys.readouterr().out
 
 
@@ -156,19 +157,11 @@ def test_evidence_messages(tmp_path):
     ]
     del r.settings["rounds_done"]
     assert evidence.run_problems(r)[0].startswith("the run did not finish (complete: false): re-run it")
-    r = make_results({"a": 1.0})
-    r.settings = {}
-    assert evidence.run_problems(r) == [
-        "the results do not list the cases the run set out to measure (settings.expected_cases) nor say it "
-        "completed: they come from an older gate or were edited; re-run the stage"
-    ]
-    r.settings = {"complete": True}
-    assert evidence.run_problems(r) == []  # a one-case stage that completed (TPOT before expected_cases)
     r = make_results({"a": 1.0, "z": 1.0})
-    r.settings["expected_cases"] = ["a", "b", "c", "d", "e", "f", "g", "h"]
+    r.settings["expected_cases"] = ["a", "b", "c", "d", "e", "f", "g", "h"]  # the synthetic subject's suite
     assert evidence.run_problems(r) == [
-        "7 of the 8 expected cases are missing: b, c, d, e, f and 2 more",
-        "1 cases were not expected by the run: z",
+        "7 of the 8 cases of suite 'unit' are missing: b, c, d, e, f and 2 more",
+        "1 cases are not in suite 'unit' as the gate defines it: z",
     ]
 
 
@@ -186,24 +179,34 @@ def test_sample_floor_is_exactly_min_samples():
 
 def test_rounds_and_correctness_problems():
     r = make_results({"a": 1.0})
-    r.cases[0].extra["rounds"] = [{"completed": 256, "failed": 0}, {"completed": 1, "failed": 0}, "junk"]
+    r.cases[0].extra["rounds"] = [{"completed": 256, "failed": 0}, {"completed": 1, "failed": 0}]
     assert evidence.run_problems(r) == []
+    r.cases[0].extra["rounds"].append("junk")
+    with pytest.raises(DataError, match=r"each of extra\.rounds should be an object with integer 'failed' and"):
+        evidence.run_problems(r)
+    r.cases[0].extra["rounds"] = [{"completed": 256, "failed": False}]  # a boolean is no count
+    with pytest.raises(DataError, match=r"found \{'completed': 256, 'failed': False\}"):
+        evidence.run_problems(r)
     r.cases[0].extra["rounds"] = [{"completed": 0, "failed": 0}, {"completed": 250, "failed": 6}]
     assert evidence.run_problems(r) == ["case a: 2 round(s) with failed requests; see the server logs and re-run"]
     r.cases[0].extra = {"correctness": {"ok": False, "error": "rel L2 0.7"}}
     assert evidence.run_problems(r) == ["case a: the builds' outputs disagree (rel L2 0.7)"]
     r.cases[0].extra = {"correctness": {"ok": False}}
     assert evidence.run_problems(r) == ["case a: the builds' outputs disagree (no detail)"]
-    r.cases[0].extra = {"correctness": {"identical": True, "rel_l2": 0.0}}  # older files: no "ok"
-    assert evidence.run_problems(r) == []
+    for bad in ({"identical": True, "rel_l2": 0.0}, {"ok": "false"}, "ok"):  # no "ok", a string, no object
+        r.cases[0].extra = {"correctness": bad}
+        with pytest.raises(DataError, match=r"extra\.correctness should be an object with a boolean 'ok'"):
+            evidence.run_problems(r)
 
 
-def test_failed_cases_reads_only_a_mapping():
+def test_failed_cases_must_be_a_mapping_of_reasons(tmp_path):
     r = make_results({"a": 1.0})
-    r.settings["failed_cases"] = ["b"]
-    assert evidence.failed_cases(r) == {}
-    r.settings["failed_cases"] = {"b": 3}
-    assert evidence.failed_cases(r) == {"b": "3"}
+    r.settings["failed_cases"] = {"b": "b: candidate differs"}
+    assert evidence.failed_cases(r) == {"b": "b: candidate differs"}
+    for bad in (["b"], {"b": 3}):
+        r.settings["failed_cases"] = bad
+        with pytest.raises(DataError, match=r"settings.failed_cases should map case ids to reasons"):
+            load_results(_p(r, tmp_path / "f.json"))
 
 
 def test_baseline_problems_check_only_the_compared_side_and_declared_identity():
@@ -287,12 +290,12 @@ def test_a_baseline_in_the_wrong_place_or_of_the_wrong_kind_is_an_error(tmp_path
     payload = make_results({"a": 1.0}).to_json()
     payload["kind"] = "tpot-bench"
     path.write_text(json.dumps(payload))
-    with pytest.raises(DataError, match="expected a 'kernel-bench' file"):
+    with pytest.raises(DataError, match="expected a 'synthetic-bench' file"):
         baselines.load_baseline(run, bdir)
     path.unlink()
     with pytest.raises(Exception, match=r"record one with: nox -s update_baselines -- --results R\.json$"):
         baselines.load_baseline(run, bdir, results_path="R.json")
-    assert load_results(_p(make_results({"a": 1.0}), tmp_path / "k.json")).kind == "kernel-bench"
+    assert load_results(_p(make_results({"a": 1.0}), tmp_path / "k.json")).kind == "synthetic-bench"
 
 
 def test_baseline_mode_rows_for_cases_the_baseline_lacks_do_not_stop_the_rest():
@@ -334,8 +337,8 @@ def test_unpaired_effect_takes_times_below_one():
 
 
 def test_ids_list_five_then_count():
-    assert evidence._ids(["a", "b", "c", "d", "e"]) == "a, b, c, d, e"
-    assert evidence._ids(list("abcdefg")) == "a, b, c, d, e and 2 more"
+    assert evidence.shown(["a", "b", "c", "d", "e"]) == "a, b, c, d, e"
+    assert evidence.shown(list("abcdefg")) == "a, b, c, d, e and 2 more"
 
 
 def test_suite_name_message():
@@ -399,10 +402,10 @@ def test_report_marks_each_verdict():
     results = make_results({"fast": 1.0, "slow": 1.10})
     results.settings["expected_cases"] = ["fast", "slow", "gone"]
     text = report.markdown(compare.compare_ab(results, 0.03, 0.95))
-    assert text.startswith("### EP-Marlin gate (kernel-bench, suite `unit`): FAIL\n")
+    assert text.startswith("### EP-Marlin gate (synthetic-bench, suite `unit`): FAIL\n")
     assert "| slow |" in text and "| **FAIL** |" in text.split("| slow |")[1].split("\n")[0]
     assert "| PASS |" in text.split("| fast |")[1].split("\n")[0]
-    assert "**Incomplete evidence**" in text and "- 1 of the 3 expected cases are missing: gone" in text
+    assert "**Incomplete evidence**" in text and "- 1 of the 3 cases of suite 'unit' are missing: gone" in text
     assert report.MARKS == {V.PASS: "PASS", V.FAIL: "**FAIL**", V.INCONCLUSIVE: "~INCONCLUSIVE",
                             V.NO_BASELINE: "NO_BASELINE", V.INCOMPLETE: "**INCOMPLETE**"}  # fmt: skip
 
@@ -478,24 +481,15 @@ def test_a_file_of_another_kind_is_not_results(tmp_path):
     path.write_text(json.dumps({"kind": "gate-verdict", "schema_version": 1}))
     with pytest.raises(DataError) as err:
         load_results(path)
-    assert str(err.value) == (
-        f"{path}: not a results file (kind 'gate-verdict', should be one of ('kernel-bench', 'tpot-bench'))"
-    )
+    from ci import subjects  # the kinds subjects registered (here also the tests' own)
+
+    assert str(err.value) == f"{path}: not a results file (kind 'gate-verdict', should be one of {subjects.kinds()})"
+    assert {"kernel-bench", "tpot-bench"} <= set(subjects.kinds())
     with pytest.raises(DataError, match="expected a 'tpot-bench' file"):
         load_results(_p(make_results({"a": 1.0}), tmp_path / "k.json"), kind="tpot-bench")
 
 
 # blocks: the interval over fresh captures ---------------------------------------------------------
-
-
-def _blocked_results(ratio_by_block: list[float], rounds: int = 3, case_ratio: float = 1.0) -> BenchResults:
-    """One case timed in len(ratio_by_block) blocks: block b's capture makes the candidate ratio_by_block[b] slow."""
-    r = make_results({"a": case_ratio}, n=len(ratio_by_block) * rounds)
-    case = r.cases[0]
-    ids = [b for b in range(len(ratio_by_block)) for _ in range(rounds)]
-    case.samples["candidate"] = [x * ratio_by_block[b] for x, b in zip(case.samples["candidate"], ids, strict=True)]
-    case.extra["blocks"] = {"base": ids, "candidate": list(ids)}
-    return r
 
 
 def test_a_capture_bias_widens_the_blocked_interval_instead_of_failing():
@@ -528,14 +522,22 @@ def test_block_medians_and_their_validation():
         stats.blocked_effect([1.0, 0.0], [1.0, 1.0])
 
 
-def test_too_few_blocks_is_incomplete():
-    assert evidence.run_problems(_blocked_results([1.0] * 6)) == []
-    assert evidence.run_problems(_blocked_results([1.0], rounds=10)) == []  # one block: one capture, judged per sample
-    assert len(evidence.run_problems(_blocked_results([1.0] * 2, rounds=5))) == 2  # two blocks: too few
-    assert evidence.run_problems(_blocked_results([1.0] * 5, rounds=3)) == [
-        "case a: 5 block(s) of 'base', at least 6 are needed (the interval is over blocks)",
-        "case a: 5 block(s) of 'candidate', at least 6 are needed (the interval is over blocks)",
+def test_too_few_captures_is_incomplete():
+    """The kernel bench times every case in at least ci.bench.MIN_BLOCKS fresh captures: fewer, or results
+    with none recorded, are not its evidence (the synthetic subject of the other tests asks one)."""
+    assert evidence.run_problems(kernel_results(blocks=6)) == []
+    five = kernel_results(blocks=5, rounds=3)
+    assert evidence.run_problems(five)[:2] == [
+        "case deepseek-v3/ep1/tpr8/gptq-int4-g128/bf16: 5 capture(s) of 'base', at least 6 are needed (the interval "
+        "is over captures)",
+        "case deepseek-v3/ep1/tpr8/gptq-int4-g128/bf16: 5 capture(s) of 'candidate', at least 6 are needed (the "
+        "interval is over captures)",
     ]
+    one = kernel_results(blocks=1, rounds=10)
+    for case in one.cases:
+        del case.extra["blocks"]  # one capture, as the bench timed before blocks
+    assert len(evidence.run_problems(one)) == 2 * len(one.cases)
+    assert evidence.run_problems(_blocked_results([1.0] * 2, rounds=5)) == []  # synthetic: one capture is enough
 
 
 def test_baseline_mode_compares_captures_with_captures():

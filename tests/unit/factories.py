@@ -1,0 +1,125 @@
+"""Results made up for the tests of the core (evidence, verdicts, baselines, reports), in one place.
+
+The core asks a results file's subject what a complete run is (``ci.subjects``); the real subjects answer
+from the gate's definitions (the kernel bench's suites, the TPOT profiles). The core's own rules are
+tested on the ``synthetic-bench`` subject registered here, for tests only: it defines a suite as the cases
+the file lists in ``settings.expected_cases`` (what a stage of it would have set out to measure), and
+shows the kernel bench's columns. No stage of the gate writes this kind.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+from ci import build, kernel_subject, serving_subject, subjects
+from ci.bench import suite_cases
+from ci.results import BenchResults, CaseResult
+from ci.variants import ENTRY_MODULE
+
+GPU = {"driver": "580", "count": 1, "gpus": [{"name": "NVIDIA H200", "index": 0}]}
+SYNTHETIC = "synthetic-bench"
+
+
+def _declared(results) -> list[str]:
+    return list(results.settings.get("expected_cases") or [])
+
+
+def _case_problems(case) -> list[str]:
+    """The kernel bench's and the TPOT stage's checks of a case, where the case carries what they read."""
+    return [*(kernel_subject.case_problems(case) if "correctness" in case.extra else []),
+            *(serving_subject.case_problems(case) if "rounds" in case.extra else [])]  # fmt: skip
+
+
+subjects.register(subjects.Subject(
+    kind=SYNTHETIC, expected_cases=_declared, captures=kernel_subject.captures, case_problems=_case_problems,
+    columns=kernel_subject.columns, annotate=kernel_subject.annotate, panel=kernel_subject.panel,
+))  # fmt: skip
+
+
+def make_results(ratio_by_case: dict[str, float], *, n: int = 50, seed: int = 0, suite: str = "unit") -> BenchResults:
+    """One capture a build per case, ``n`` samples, the candidate ``ratio`` slower; a synthetic-bench file."""
+    rng = random.Random(seed)
+    cases = []
+    for cid, ratio in ratio_by_case.items():
+        base = [100 * math.exp(rng.gauss(0, 0.004)) for _ in range(n)]
+        cand = [ratio * 100 * math.exp(rng.gauss(0, 0.004)) for _ in range(n)]
+        sweep = {str(bm): [100.0 + abs(bm - 16)] * 5 for bm in (8, 16, 32, 48, 64)}
+        cases.append(
+            CaseResult(
+                id=cid,
+                unit="us/call",
+                samples={"base": base, "candidate": cand},
+                info={"block_size_m": {"base": 64, "candidate": 16}},
+                extra={"block_sizes_us": sweep},
+            )
+        )
+    settings = {"expected_cases": list(ratio_by_case), "complete": True}  # what every stage writes
+    return BenchResults(kind=SYNTHETIC, suite=suite, provenance={"gpu": GPU}, settings=settings, cases=cases)
+
+
+def blocked_results(ratio_by_block: list[float], rounds: int = 3, case_ratio: float = 1.0) -> BenchResults:
+    """One case timed in len(ratio_by_block) blocks: block b's capture makes the candidate ratio_by_block[b] slow."""
+    r = make_results({"a": case_ratio}, n=len(ratio_by_block) * rounds)
+    case = r.cases[0]
+    ids = [b for b in range(len(ratio_by_block)) for _ in range(rounds)]
+    case.samples["candidate"] = [x * ratio_by_block[b] for x, b in zip(case.samples["candidate"], ids, strict=True)]
+    case.extra["blocks"] = {"base": ids, "candidate": list(ids)}
+    return r
+
+
+def kernel_results(suite: str = "quick", *, blocks: int = 6, rounds: int = 3, ratio: float = 1.0,
+                   case_filter: str | None = None, seed: int = 0) -> BenchResults:  # fmt: skip
+    """A kernel-bench file as the bench writes it: every case of ``suite`` (less ``case_filter``), each timed
+    in ``blocks`` captures of ``rounds`` rounds, with the correctness check it records."""
+    rng = random.Random(seed)
+    cases = []
+    for bench_case in suite_cases(suite, case_filter):
+        ids = [b for b in range(blocks) for _ in range(rounds)]
+        base = [100 * math.exp(rng.gauss(0, 0.003)) for _ in ids]
+        cases.append(CaseResult(
+            id=bench_case.id, unit="us/call",
+            samples={"base": base, "candidate": [ratio * x * math.exp(rng.gauss(0, 0.003)) for x in base]},
+            info={"block_size_m": {"base": 16, "candidate": 16}, "ep": bench_case.ep},
+            extra={"blocks": {"base": ids, "candidate": list(ids)}, "correctness": {"ok": True, "rel_l2": 0.0}},
+        ))  # fmt: skip
+    settings = {"expected_cases": [c.id for c in cases], "complete": True, "case_filter": case_filter,
+                "aa": False, "failed_cases": {}}  # fmt: skip
+    return BenchResults(kind=kernel_subject.KIND, suite=suite, provenance={"gpu": GPU}, settings=settings, cases=cases)
+
+
+# A toy vLLM release and patches of it (the builder's tests) ------------------------------------------
+
+MOD = "vllm/layers/mod.py"
+BEFORE = "import os\n\n\ndef pick(m):\n    m = m\n    return m\n\n\nLIMIT = 3\n"
+AFTER = "import os\n\n\ndef pick(m):\n    m = m // 2\n    return m\n\n\nLIMIT = 3\n"
+
+
+def diff(path: str, old: str, new: str) -> str:
+    import difflib
+
+    body = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
+    return f"diff --git a/{path} b/{path}\n{body}"
+
+
+ENTRY = ENTRY_MODULE.replace(".", "/") + ".py"
+
+
+def make_release(root: Path, text: str = BEFORE, version: str = "9.9.9") -> build.Release:
+    """A release of two modules: the gate's entry module (marlin_moe), which imports ``vllm/layers/mod.py``."""
+    (root / "vllm" / "layers").mkdir(parents=True)
+    (root / "vllm" / "__init__.py").write_text("")
+    (root / "vllm" / "_version.py").write_text(f"__version__ = version = '{version}'\n")
+    (root / MOD).write_text(text)
+    (root / "vllm" / "_C.abi3.so").write_bytes(b"\x7fELF kernels")
+    (root / ENTRY).parent.mkdir(parents=True)
+    (root / ENTRY).write_text("from vllm.layers import mod\n")
+    return build.Release(version=version, root=root, source="test")
+
+
+def plain_diff(path: str, old: str, new: str) -> str:
+    """A section without a ``diff --git`` line (``diff -u``), which git apply applies all the same."""
+    import difflib
+
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))

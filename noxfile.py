@@ -6,6 +6,7 @@ interpreter's own packages are used (offline GPU hosts, with `--vllm installed`)
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -24,6 +25,8 @@ from ci.gpu import NO_GPU_MESSAGE, query  # noqa: E402
 from ci.sessionargs import SessionArgs, parse_session_args  # noqa: E402
 
 nox.options.sessions = ["lint", "tests"]
+# nox probes for uv at each session and says so when it finds none; the sessions use pip: the line says nothing
+logging.getLogger("nox").addFilter(lambda record: record.getMessage() != "uv binary not found.")
 OUT = Path(outputs.OUT_DIR)
 STAGE_STOP_S = 60  # after Ctrl-C or SIGTERM, a stage gets this long to stop its servers before SIGTERM/SIGKILL
 
@@ -246,6 +249,19 @@ def tests(session: nox.Session) -> None:
     _pytest(session, manifest, "tests", "-n", workers, *args.rest)
 
 
+@nox.session(default=False)
+def check(session: nox.Session) -> None:
+    """A patch tried fast: the CPU tier of the change alone (no unit tests of the gate), one verdict line."""
+    args = parse_session_args(session.posargs)
+    _install_vllm_deps(session, args, gpu=False)
+    _requirements(session, "test")
+    manifest = _build(session, args)
+    workers = os.environ.get("GATE_TEST_WORKERS", "auto")
+    # the mutant checks test the gate's own checks (can they catch known-wrong candidates?), not the change
+    own = [f"--ignore=tests/ep_marlin/{name}" for name in ("test_mutants.py", "test_contract_mutants.py")]
+    _pytest(session, manifest, "tests/ep_marlin", "-m", "not gpu", *own, "-q", "-n", workers, *args.rest)
+
+
 # Releases the CPU tier follows besides the default one, each in its own environment, its dependencies read
 # from the release's own metadata (ci/release_deps.py): `nox -s "tests_release(release='0.33.0')"`.
 FOLLOWED_RELEASES = ("0.26.0", "0.33.0")
@@ -318,6 +334,18 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def gpu_gate(session: nox.Session) -> None:
+    """The whole GPU verdict: GPU suite, kernel A/B and the verdict against the stored baseline, one exit code."""
+    n_gpus = _require_gpu(session)
+    args = parse_session_args(session.posargs)
+    locked = _install_vllm_deps(session, args, gpu=True)
+    manifest = _build(session, args, locked=locked)
+    workers = ["--workers", str(n_gpus)] if "--workers" not in args.rest else []
+    _stage(session, _python(session), "-m", "ci.gpu_gate", "--manifest", str(manifest), "--out",
+           str(_out(session, args)), *workers, *args.rest)  # fmt: skip
+
+
+@nox.session(default=False)
 def error_rates(session: nox.Session) -> None:
     """The kernel gate's false alarms and detection on this GPU: A/A runs and injected slowdowns (README)."""
     _gpu_stage(session, "ci.error_rates", outputs.ERROR_RATES)
@@ -349,6 +377,12 @@ def tpot(session: nox.Session) -> None:
     _gpu_stage(session, "ci.tpot", outputs.TPOT_RESULTS)
 
 
+@nox.session(python=False, default=False)
+def clean(session: nox.Session) -> None:
+    """What .gate holds (releases, trees, branch pairs, outputs) with sizes; `-- NAME...` or `-- --all` removes."""
+    _stage(session, sys.executable, "-m", "ci.clean", *session.posargs)
+
+
 SURVIVORS = ROOT / "tests" / "mutation-survivors.txt"
 
 
@@ -360,7 +394,7 @@ def mutation(session: nox.Session) -> None:
     session.run("mutmut", "run", "--max-children", str(os.cpu_count() or 2))
     listing = session.run("mutmut", "results", "--all", "true", silent=True) or ""
     status = dict(line.strip().rsplit(": ", 1) for line in listing.splitlines() if ": " in line)
-    survived = {m for m, s in status.items() if s != "killed"}
+    survived = {m for m, s in status.items() if s not in ("killed", "timeout")}  # a hang fails the tests too
     explained = {line.split("#")[0].strip() for line in SURVIVORS.read_text().splitlines()} - {""}
     killed = len(status) - len(survived)
     score = f"{killed} of {len(status)} mutants killed ({killed / max(len(status), 1):.1%})"

@@ -155,21 +155,22 @@ def _pip_download(version: str, dest: Path) -> Path:
 
 
 def fetch_release(version: str, cache: Path) -> Release:
-    """A release from the package index: its wheel, downloaded and unpacked once into ``cache``."""
-    wheel = _pip_download(version, cache / "wheels")
+    """A release from the package index: its wheel, downloaded and unpacked once into ``cache``; the wheel
+    is removed once unpacked (the trees use the unpacked files; both would double the disk)."""
     root = cache / f"vllm-{version}"
     marker = root / ".unpacked"
     if not marker.is_file():
+        wheel = _pip_download(version, cache / "wheels")
         shutil.rmtree(root, ignore_errors=True)
         print(f"build: unpacking {wheel.name}", flush=True)
         with zipfile.ZipFile(wheel) as zf:
             zf.extractall(root)
         for so in root.rglob("*.so"):  # zipfile drops the permission bits
             so.chmod(0o755)
-        marker.write_text(sha256_file(wheel))
-    return Release(
-        version=version, root=root, source=f"pypi:vllm=={version} ({wheel.name}, sha256 {marker.read_text()})"
-    )
+        marker.write_text(f"{wheel.name} {sha256_file(wheel)}\n")
+        wheel.unlink()
+    name, _, sha = marker.read_text().strip().rpartition(" ")
+    return Release(version=version, root=root, source=f"pypi:vllm=={version} ({name or 'wheel'}, sha256 {sha})")
 
 
 def resolve_release(spec: str, cache: Path) -> Release:
@@ -324,6 +325,27 @@ def _export_vllm(repo: Path, commit: str, dest: Path) -> None:
         at = header_end + 1 + size + 1
 
 
+def base_ref_candidates(vllm: str) -> list[str]:
+    """Where a branch most likely starts, in order: the release's tag (the overlay runs on that release's
+    kernels), vLLM's main as a plain clone names it, and as a fork clone usually does."""
+    return [*([f"v{vllm}"] if _VERSION_RE.match(vllm) else []), DEFAULT_BASE_REF, "upstream/main"]
+
+
+def default_base_ref(repo: Path, vllm: str) -> str:
+    """The first of :func:`base_ref_candidates` that ``repo`` has, or a usage error naming them all."""
+    from ci import refpatch
+
+    candidates = base_ref_candidates(vllm)
+    for ref in candidates:
+        if refpatch.has_commit(repo, ref):
+            print(f"build: --base-ref not given: {ref}", flush=True)
+            return ref
+    raise UsageError(
+        f"--vllm-src {repo}: none of {', '.join(candidates)} is a commit there, so the branch's base is "
+        "unknown; pass --base-ref REF (the commit your branch started from, e.g. a vLLM release tag)"
+    )
+
+
 def resolve_refs(opts: BuildOptions) -> BuildOptions:
     """``--base-ref``/``--head-ref``: the branch's diff becomes the patch, its merge-base the overlay."""
     if opts.base_ref is None and opts.head_ref is None:
@@ -334,7 +356,7 @@ def resolve_refs(opts: BuildOptions) -> BuildOptions:
         raise UsageError("--head-ref makes the patch from the branch: leave out --patch and --reverse")
     from ci import refpatch
 
-    base, head = opts.base_ref or DEFAULT_BASE_REF, opts.head_ref or "HEAD"
+    base, head = opts.base_ref or default_base_ref(opts.vllm_src, opts.vllm), opts.head_ref or "HEAD"
     text, info = refpatch.make_patch(opts.vllm_src, base, head)
     where = GATE_DIR / "refs" / f"{info['merge_base'][:12]}-{info['head_sha'][:12]}"
     _export_vllm(opts.vllm_src, info["merge_base"], where / "base-src")
@@ -500,7 +522,8 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
         help="the change's contract.py; 'none' to test without one (default: the one beside the patch)",
     )
     parser.add_argument("--reverse", action="store_true", help="the release contains the patch: remove it for base")
-    parser.add_argument("--base-ref", help=f"with --vllm-src: the ref a branch is compared with ({DEFAULT_BASE_REF})")
+    parser.add_argument("--base-ref", help="with --vllm-src: the ref a branch is compared with (default: the first of "
+                        "the release's tag vX.Y.Z, origin/main, upstream/main that the checkout has)")  # fmt: skip
     parser.add_argument("--head-ref", help="with --vllm-src: the branch or commit under test (HEAD)")
 
 

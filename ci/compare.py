@@ -267,6 +267,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out_dir = args.out_dir or args.results.parent / f"{args.results.stem}-{args.mode}"
     _clear_outputs(out_dir)  # an earlier verdict must not outlive a run that ends in an error
+    if not args.results.is_file():
+        raise DataError(f"--results {args.results}: no such file; run the stage that writes it first (nox -s "
+                        "bench for the kernel bench, nox -s tpot for TPOT, or nox -s gpu_gate for the whole GPU "
+                        "verdict)")  # fmt: skip
     results = load_results(args.results)
     if args.mode == "ab":
         gate = compare_ab(results, args.threshold, args.confidence)

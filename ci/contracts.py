@@ -29,6 +29,7 @@ import ast
 import builtins
 import hashlib
 import math
+import traceback
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,7 +83,6 @@ class ContractError(UsageError):
 
 # What a contract may use: modules by the name it imports them under, builtins, methods of the values it gets.
 MODULES = {"spec": spec, "math": math}
-IMPORTS = {("ci", "spec"), ("math", None)}  # from ci import spec; import math
 BUILTINS = ("abs", "all", "any", "bool", "dict", "divmod", "enumerate", "float", "int", "isinstance", "len", "list",
             "max", "min", "range", "round", "set", "sorted", "str", "sum", "tuple", "zip", "ValueError", "TypeError",
             "KeyError", "RuntimeError", "ArithmeticError", "ZeroDivisionError", "AssertionError")  # fmt: skip
@@ -95,7 +95,7 @@ REFUSED = (ast.Global, ast.Nonlocal, ast.ClassDef, ast.AsyncFunctionDef, ast.Whi
 
 def _refuse(path: Path, node: ast.AST, what: str) -> ContractError:
     return ContractError(
-        f"{path}, line {getattr(node, 'lineno', '?')}: {what}. A contract holds only NAME = value lines, "
+        f"{path}, line {node.lineno}: {what}. A contract holds only NAME = value lines, "
         "`from ci import spec`, `import math` and rule functions of spec's rules and the env mapping they get "
         "(ci/contracts.py)"
     )
@@ -146,22 +146,21 @@ def _check_attribute(node: ast.Attribute, path: Path) -> None:
         raise _refuse(path, node, f"the attribute {node.attr} (only {', '.join(sorted(METHODS))} of a value)")
 
 
-def _import(name, globals=None, locals=None, fromlist=(), level=0):
-    wanted = (name, fromlist[0] if fromlist else None)
-    if level == 0 and wanted in IMPORTS:
-        return __import__(name, fromlist=fromlist)
-    raise ImportError(f"a contract imports only ci.spec and math, not {name}")
-
-
 def _run(tree: ast.Module, path: Path) -> dict:
-    """The contract's names after running it with the short list of builtins; any exception, ``SystemExit``
-    and ``KeyboardInterrupt`` too, is a :class:`ContractError`."""
-    allowed = {name: getattr(builtins, name) for name in BUILTINS}
-    namespace = {"__builtins__": {**allowed, "__import__": _import}, "__name__": f"gate_contract_{path.parent.name}"}
+    """The contract's names after running it with the short list of builtins and, bound by name, the modules
+    it imports (the import lines themselves do not run: no import machinery is reachable); any exception,
+    ``SystemExit`` and ``KeyboardInterrupt`` too, is a :class:`ContractError` naming the line."""
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    body = ast.Module(body=[n for n in tree.body if n not in imports], type_ignores=[])
+    namespace = {"__builtins__": {name: getattr(builtins, name) for name in BUILTINS}}
+    bound = {"math" if isinstance(n, ast.Import) else "spec" for n in imports}  # check_source allows these two
+    namespace.update({name: MODULES[name] for name in bound})
     try:
-        exec(compile(tree, str(path), "exec"), namespace)
+        exec(compile(body, str(path), "exec"), namespace)  # checked by check_source, its builtins cut
     except BaseException as exc:  # a contract is the user's input: whatever it raises, say where
-        raise ContractError(f"{path}: the contract failed to load: {type(exc).__name__}: {exc}") from None
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(path)]
+        where = f", line {frames[-1].lineno}" if frames else ""
+        raise ContractError(f"{path}{where}: the contract failed to load: {type(exc).__name__}: {exc}") from None
     return namespace
 
 
@@ -191,11 +190,10 @@ def load_contract(path: Path) -> Contract:
         raise ContractError(f"--contract {path}: no such file; give a contract.py, or 'none' to test without one")
     text = path.read_bytes()
     try:
-        source = text.decode("utf-8")
+        source = text.decode()
     except UnicodeDecodeError as exc:
         raise ContractError(f"{path}: not UTF-8 text ({exc})") from None
-    module = types.SimpleNamespace(**{k: v for k, v in _run(check_source(source, path), path).items()
-                                      if not k.startswith("__")})  # fmt: skip
+    module = types.SimpleNamespace(**_run(check_source(source, path), path))
     missing = [n for n in ("NAME", "UPSTREAM", "SUMMARY", *_FLAGS) if not hasattr(module, n)]
     if missing:
         raise ContractError(f"{path}: the contract does not define {', '.join(missing)} (see ci/contracts.py)")

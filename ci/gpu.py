@@ -26,8 +26,8 @@ from ci.cli import run_main
 from ci.errors import NoGPUError
 
 NO_GPU_MESSAGE = (
-    "no CUDA GPU on this host: gpu_tests needs one (the GPU suite, benchmarks and TPOT run only there); "
-    "on any machine run the CPU tier instead: nox -s tests"
+    "no CUDA GPU on this host: the GPU suite, the benchmarks and TPOT run only on one; "
+    "on any machine run the CPU tier instead: nox -s tests (or nox -s check for a patch)"
 )
 BUSY_MEMORY_FRACTION = 0.5  # another process holding over half of a GPU's memory makes timings meaningless
 

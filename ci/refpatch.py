@@ -72,12 +72,28 @@ def _check_branch_files(repo: Path, merge_base: str, head: str, taken: list[str]
                                  "which are; leave it out of the branch or convert it") from None  # fmt: skip
 
 
+def has_commit(repo: Path, ref: str) -> bool:
+    try:
+        git_bytes(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    except UsageError:
+        return False
+    return True
+
+
+def _resolve(repo: Path, ref: str, flag: str) -> str:
+    if not has_commit(repo, ref):
+        raise UsageError(f"{flag} {ref}: not a commit of {repo} (a fork clone may call vLLM's repository 'upstream': "
+                         f"try upstream/main, or a release tag such as v0.25.1; `git -C {repo} fetch` first if it is "
+                         "a branch you have not fetched)")  # fmt: skip
+    return _git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}").strip()
+
+
 def make_patch(repo: Path, base: str, head: str) -> tuple[str, dict]:
     """The patch text of ``base...head`` under ``vllm/``, and what it was made from."""
     if not (repo / ".git").exists():
         raise UsageError(f"--repo {repo}: not a git checkout (no .git); clone the vLLM fork with its history")
-    head_sha = _git(repo, "rev-parse", "--verify", f"{head}^{{commit}}").strip()
-    base_sha = _git(repo, "rev-parse", "--verify", f"{base}^{{commit}}").strip()
+    head_sha = _resolve(repo, head, "--head-ref")
+    base_sha = _resolve(repo, base, "--base-ref")
     merge_base = _git(repo, "merge-base", base_sha, head_sha).strip()
     names = _git(repo, "diff", "--name-only", "-z", "--no-renames", "--no-relative", merge_base, head_sha)
     changed = [p for p in names.split("\0") if p]

@@ -43,8 +43,10 @@ def details(results) -> list[str]:
 def case_problems(case) -> list[str]:
     """Rounds with failed requests (or none completed) are no evidence of the server's speed."""
     rounds = case.extra.get("rounds")
-    if not isinstance(rounds, list) or not rounds:
+    if rounds is None or rounds == []:
         return ["no rounds recorded: re-run the TPOT stage"]
+    if not isinstance(rounds, list):
+        raise DataError(f"case {case.id}: extra.rounds should be a list of rounds, found {rounds!r}")
     for r in rounds:
         if not isinstance(r, dict) or not all(type(r.get(k)) is int for k in ("failed", "completed")):
             raise DataError(f"case {case.id}: each of extra.rounds should be an object with integer 'failed' and "

@@ -96,6 +96,7 @@ def _z(confidence: float) -> float:
 # pairs, which are listed: O(n) memory, the same number as the sorted list's.
 EXACT_PAIRS = 20_000
 WINDOW = 4_096
+HALVINGS = 2_200  # halvings of a window of floats until none lies inside: 2 x 1,024 exponents + 53 bits is enough
 
 
 class _Pairs:
@@ -168,7 +169,7 @@ class _Pairs:
         x, y = self.x, self.y
         lo, hi = (x[0] + x[0], x[-1] + x[-1]) if y is None else (y[0] - x[-1], y[-1] - x[0])
         lo, below, above = math.nextafter(lo, -math.inf), 0, self.size
-        while True:  # the k-th lies in (lo, hi]: ``below`` pairs are at or below lo, ``above`` at or below hi
+        for _ in range(HALVINGS):  # the k-th lies in (lo, hi]: ``below`` pairs are at or below lo, ``above`` at hi
             if above - below <= WINDOW:
                 found = sorted(self._between(lo, hi))[k - below]
                 break
@@ -181,6 +182,8 @@ class _Pairs:
                 hi, above = mid, at_most
             else:
                 lo, below = mid, at_most
+        else:  # HALVINGS halve any window of floats down to none inside: not reached with a correct count
+            found = hi
         return found / 2 if y is None else found
 
     def median(self) -> float:

@@ -38,7 +38,7 @@ def _entries(tree: Path) -> dict[str, os.stat_result]:
     for folder, dirs, files in os.walk(tree):
         rel = Path(folder).relative_to(tree)
         for name in files + [d for d in dirs if (Path(folder) / d).is_symlink()]:
-            if name == "__pycache__" or name.endswith(".pyc"):
+            if name.endswith(".pyc"):
                 continue
             found[(rel / name).as_posix()] = (Path(folder) / name).lstat()
         dirs[:] = [d for d in dirs if d != "__pycache__" and not (Path(folder) / d).is_symlink()]
@@ -64,20 +64,22 @@ def _is_link(st: os.stat_result) -> bool:
 
 
 def _executable(path: Path) -> bool:
-    return os.access(path, os.X_OK, follow_symlinks=True) if path.exists() else False
+    return os.access(path, os.X_OK)  # of what a link points at; False for what does not exist
 
 
 def _same(base: Path, cand: Path, sb: os.stat_result, sc: os.stat_result) -> str | None:
     """None when the two entries are the same file; else what differs."""
     if _is_link(sc):  # both trees are made from one release, so the builder's links name the same targets
         return None if _is_link(sb) and os.readlink(base) == os.readlink(cand) else LINK
-    if not (base.exists() and filecmp.cmp(base, cand, shallow=False)):
+    if not (base.exists() and filecmp.cmp(base, cand, False)):  # not shallow: the bytes, whatever the times say
         return MODIFIED
     return MODE if _executable(base) != _executable(cand) else None
 
 
 def differences(base: Path, candidate: Path) -> list[FileChange]:
-    """What differs from ``base`` to ``candidate``, sorted by path."""
+    """What differs from ``base`` to ``candidate``, sorted by path. A link in the candidate is hashed by its
+    target's name (a link that differs is never the builder's); one in the base by what it points at (the
+    builder's link to the release, which the patch replaced by a file)."""
     before, after = _entries(base), _entries(candidate)
     changes = []
     for rel in sorted(before.keys() | after.keys()):
@@ -86,9 +88,8 @@ def differences(base: Path, candidate: Path) -> list[FileChange]:
             changes.append(FileChange(path=rel, sha256_before=_sha256(b), sha256_after=None, what=REMOVED))
         elif rel not in before:
             what = LINK if _is_link(after[rel]) else ADDED
-            changes.append(FileChange(path=rel, sha256_before=None, sha256_after=_sha256(c, follow=what != LINK),
-                                      what=what))  # fmt: skip
+            changes.append(FileChange(path=rel, sha256_before=None, sha256_after=_sha256(c, follow=False), what=what))
         elif (what := _same(b, c, before[rel], after[rel])) is not None:
-            changes.append(FileChange(path=rel, sha256_before=_sha256(b), sha256_after=_sha256(c, follow=what != LINK),
+            changes.append(FileChange(path=rel, sha256_before=_sha256(b), sha256_after=_sha256(c, follow=False),
                                       what=what))  # fmt: skip
     return changes

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 STUB = ROOT / ".github" / "act-standins" / "github-api.py"
 PR = 7
-NO_GPU = "title=NO_GPU::GPU equivalence suite: NO_GPU (exit 6)"
+NO_GPU = "title=NO_GPU::GPU gate: NO_GPU (exit 6)"
 BRANCH = "feature"
 
 

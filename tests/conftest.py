@@ -10,6 +10,13 @@ import pytest
 from ci.suite_summary import SuiteSummary
 
 GPU_SKIP_REASON = "needs a CUDA GPU: run `nox -s gpu_tests` on a GPU host"
+# vLLM's import-time messages about CUDA and Triton a CPU machine lacks, filtered (tests/quiet_vllm.py); set
+# before any test imports vLLM, inherited by the xdist workers
+os.environ.setdefault("VLLM_LOGGING_CONFIG_PATH", str(Path(__file__).with_name("vllm-logging.json")))
+# one CPU thread for torch in each test process: the CPU tier's tensors are small, and xdist's workers (one a
+# core) each running torch's default thread pool oversubscribe the cores: 339 s for tests/ep_marlin on 2 cores
+# with `-n 2`, 85 s with one thread each
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -39,10 +46,12 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from tests import cuda_isolation
+    from tests import cuda_isolation, verdict_line
 
     if not config.pluginmanager.is_registered(cuda_isolation):
         config.pluginmanager.register(cuda_isolation, "gate-cuda-isolation")  # one broken test fails alone
+    if not config.pluginmanager.is_registered(verdict_line):
+        config.pluginmanager.register(verdict_line, "gate-verdict-line")  # one line: what failed, what to do
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with a reason on CPU-only runs)")
     config.addinivalue_line("markers", "trees: needs the vLLM trees of --gate-manifest")
     config.addinivalue_line("markers", "network: downloads from the package index (skipped unless --run-network)")

@@ -198,3 +198,13 @@ def test_out_is_the_folder_like_every_stage_and_out_dir_still_works(results_file
     assert compare.main(["--results", str(path), "--out", str(tmp_path / "new")]) == ExitCode.OK
     assert compare.main(["--results", str(path), "--out-dir", str(tmp_path / "old")]) == ExitCode.OK
     assert (tmp_path / "new" / "verdict.json").is_file() and (tmp_path / "old" / "verdict.json").is_file()
+
+
+def test_judging_before_the_bench_ran_says_which_session_writes_the_results(tmp_path, capsys):
+    from ci.cli import run_main
+
+    assert run_main(compare.main, ["--results", str(tmp_path / "none.json")]) == ExitCode.DATA
+    assert capsys.readouterr().err.strip() == (
+        f"error: --results {tmp_path / 'none.json'}: no such file; run the stage that writes it first (nox -s bench "
+        "for the kernel bench, nox -s tpot for TPOT, or nox -s gpu_gate for the whole GPU verdict)"
+    )

@@ -55,7 +55,7 @@ def test_without_a_contract_only_the_non_ep_path_is_held():
         (lambda s: s.replace('"default": {}', '"default": {"V": "0"}'), "must be empty"),
         (lambda s: s.replace('{"V": "1"}', '{"V": 1}'), "SETTINGS must map names"),
         (lambda s: s + "batched_block_size_m = 3\n", "batched_block_size_m must be a function"),
-        (lambda s: s + "BAD = int('boom')\n", "failed to load: ValueError: invalid literal"),
+        (lambda s: s + "BAD = int('boom')\n", "line 11: the contract failed to load: ValueError: invalid literal"),
         (lambda s: s + "raise RuntimeError('boom')\n", "line 11: a Raise statement at the top level"),
     ],
 )
@@ -171,7 +171,7 @@ ESCAPES = [
     ("def fused_block_size_m(**kw):\n    import os\n    return 8\n", "an import inside a function"),
     ("def fused_block_size_m(**kw):\n    while True:\n        pass\n", "a While construct"),
     ("def fused_block_size_m(**kw):\n    global NAME\n    return 8\n", "a Global construct"),
-    ("from ci import spec\nX = spec.math\n", "spec.math, which is not one of its rules or constants"),
+    ("from ci import spec\nX = spec.math\n", "line 2: spec.math, which is not one of its rules or constants"),
     ("def f(g):\n    return g.gi_frame\n", "the attribute gi_frame (only count, endswith"),
     ("try:\n    X = 1\nexcept Exception:\n    pass\n", "a Try statement at the top level"),
     ("X = exit(0)\n", "failed to load: NameError: name 'exit' is not defined"),
@@ -216,3 +216,48 @@ def test_change_takes_a_name_under_ci_changes_only(name):
     with pytest.raises(UsageError) as err:
         build.patch_of(name or " ", None)
     assert "a change is named by its folder in ci/changes/" in str(err.value) or "no " in str(err.value)
+
+
+def test_each_refusal_names_the_line_and_what_a_contract_holds(tmp_path):
+    path = _write(tmp_path, GOOD + "@staticmethod\ndef f():\n    return 1\n")  # the def is line 12
+    with pytest.raises(contracts.ContractError) as err:
+        contracts.load_contract(path)
+    assert str(err.value) == (
+        f"{path}, line 12: a decorator. A contract holds only NAME = value lines, `from ci import spec`, `import "
+        "math` and rule functions of spec's rules and the env mapping they get (ci/contracts.py)"
+    )
+    cases = {
+        "def f(d):\n    d.x['a'] = 1\n": "line 12: an assignment into something other than a local name",
+        "def f():\n    spec = {}\n    spec.x = 1\n": "line 13: an assignment to the attribute x",
+        "def f(g):\n    return g.gi_code\n": "line 12: the attribute gi_code",
+        "import math\ndef f():\n    return math.__spec__\n": "line 13: the attribute __spec__",
+        "def f():\n    import os\n": "line 12: an import inside a function",
+        "def f():\n    return __builtins__\n": "line 12: the name __builtins__",
+        "def f():\n    while 1:\n        pass\n": "line 12: a While construct",
+    }
+    for text, message in cases.items():
+        with pytest.raises(contracts.ContractError, match=re.escape(f"{path}, {message}")):
+            contracts.load_contract(_write(tmp_path, GOOD + text))
+    first = _write(tmp_path, "int('1')\n" + GOOD)  # a call as the first line is no docstring
+    with pytest.raises(contracts.ContractError, match=re.escape("line 1: a Expr statement at the top level")):
+        contracts.load_contract(first)
+
+
+def test_the_allowed_parts_work(tmp_path):
+    text = '"""A contract with what it may use."""\nimport math\nfrom ci import spec\n' + GOOD.replace(
+        "    return 8\n",
+        "    d = {}\n    d['m'] = kw.get('m', 1)\n    return max(spec.BLOCK_SIZES_M[0], math.ceil(d['m']))\n",
+    )
+    c = contracts.load_contract(_write(tmp_path, text))
+    assert c.fused_block_size_m(m=3.5) == 8 and c.fused_block_size_m(m=9) == 9
+
+
+def test_a_contract_that_is_not_python_or_not_utf8_is_named(tmp_path):
+    path = _write(tmp_path, "NAME = (\n")
+    with pytest.raises(contracts.ContractError) as err:
+        contracts.load_contract(path)
+    assert str(err.value).startswith(f"{path}: not valid Python (") and "(contract.py, line 1)" in str(err.value)
+    path.write_bytes(b"NAME = '\xe9'\n")
+    with pytest.raises(contracts.ContractError) as err:
+        contracts.load_contract(path)
+    assert str(err.value).startswith(f"{path}: not UTF-8 text (")

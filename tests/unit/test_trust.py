@@ -318,3 +318,16 @@ def test_a_stage_killed_by_a_signal_is_named_for_it_never_fail(capsys):
     assert jobsummary.main(["--stage", "bench\n::notice::x", "--exit-code", "137"]) == 137
     out = capsys.readouterr().out
     assert out.startswith("::error title=KILLED::bench ::notice::x: KILLED (exit 137)") and out.count("\n") == 1
+
+
+def test_the_default_base_ref_is_the_first_the_checkout_has_or_a_clear_error(fork):
+    """`--base-ref origin/main` failed with a raw git error in a fork clone."""
+    with pytest.raises(UsageError, match=r"none of v0.25.1, origin/main, upstream/main is a commit there"):
+        build.default_base_ref(fork, "0.25.1")
+    _git(fork, "update-ref", "refs/remotes/upstream/main", "main")  # a fork clone: vLLM is "upstream"
+    assert build.default_base_ref(fork, "0.25.1") == "upstream/main"
+    _git(fork, "tag", "v0.25.1", "main")
+    assert build.default_base_ref(fork, "0.25.1") == "v0.25.1"
+    assert build.default_base_ref(fork, "installed") == "upstream/main"
+    with pytest.raises(UsageError, match=r"--base-ref origin/main: not a commit of .* try upstream/main"):
+        refpatch.make_patch(fork, "origin/main", "feature")

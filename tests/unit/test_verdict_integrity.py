@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -666,7 +667,8 @@ def test_force_that_would_drop_cases_of_the_stored_baseline_is_refused(tmp_path,
     with pytest.raises(
         UsageError,
         match=r"lacks 1 of the stored baseline's cases \(gone/ep1/tpr1/gptq-int4-g128/bf16"
-        r"\): --force replaces a baseline, it never shrinks one",
+        r"\): --force replaces a baseline, it never shrinks one. If the suite dropped those cases on purpose, "
+        r"remove the old file \(git rm\) and record again$",
     ):
         baselines.record(_save(kernel_results("quick", seed=2), tmp_path / "new.json"), bdir, force=True)
     assert json.loads(path.read_text()) == payload
@@ -747,3 +749,51 @@ def test_a_release_that_requires_a_url_is_refused():
             release_deps.cpu_tier_requirements(metadata.format(req))
     lines, _ = release_deps.cpu_tier_requirements(metadata.format("numpy<2.4"))
     assert lines == ["torch==2.11.*", "numpy<2.4"]
+
+
+def test_the_marker_lists_what_the_stage_wrote_and_only_that_is_replaced(tmp_path, capsys):
+    out = tmp_path / "o"
+    ok = _save(make_results({"a": 1.0}), tmp_path / "ok.json")
+    assert _gate("--results", str(ok), "--out", str(out)) == ExitCode.OK
+    marker = json.loads((out / compare.OUTPUTS_MARKER).read_text())
+    assert marker == {"kind": "gate-outputs", "schema_version": 1, "files": {
+        n: compare.sha256_file(out / n) for n in ("plot.png", "report.md", "verdict.json")}}  # fmt: skip
+    (out / "plot.png").unlink()  # one of its own files gone since: no reason to stop
+    (out / "notes.txt").write_text("mine")
+    payload = {**marker, "files": {**marker["files"], "notes.txt": compare.sha256_file(out / "notes.txt")}}
+    (out / compare.OUTPUTS_MARKER).write_text(json.dumps(payload))  # a marker that names a file of mine
+    assert _gate("--results", str(ok), "--out", str(out)) == ExitCode.OK
+    assert (out / "notes.txt").read_text() == "mine", "only the stage's own output names are ever removed"
+    (out / compare.OUTPUTS_MARKER).write_text("[]")  # a marker that is no marker: its files are not its own
+    assert _gate("--results", str(ok), "--out", str(out)) == ExitCode.USAGE
+    assert capsys.readouterr().err.strip().endswith(
+        f"--out {out}: verdict.json, report.md, plot.png there were not written by ci.compare (or changed since): "
+        "the stage replaces only its own files; pick another --out folder (nothing was removed)")  # fmt: skip
+
+
+def test_the_bounds_are_inclusive_and_the_messages_exact(tmp_path):
+    from ci import results as results_module
+
+    at_most = make_results({"a": 1.0}, n=results_module.MAX_SAMPLES)
+    assert len(load_results(_save(at_most, tmp_path / "max.json")).cases[0].samples["base"]) == 20_000
+    edge = make_results({})
+    edge.cases = [CaseResult(id=f"c{i}", unit="us", samples={"base": [1.0]}) for i in range(results_module.MAX_CASES)]
+    assert len(load_results(_save(edge, tmp_path / "edge.json")).cases) == 10_000
+    edge.cases.append(CaseResult(id="one-more", unit="us", samples={"base": [1.0]}))
+    path = _save(edge, tmp_path / "over.json")
+    with pytest.raises(DataError) as err:
+        load_results(path)
+    assert str(err.value) == (f"{path}: 10001 cases, more than the 10000 the gate reads; no stage of this gate writes "
+                              "so many: re-run it")  # fmt: skip
+    dup = make_results({})
+    dup.cases = [CaseResult(id=f"d{i % 7}", unit="us", samples={"base": [1.0]}) for i in range(14)]
+    with pytest.raises(DataError) as err:
+        load_results(_save(dup, tmp_path / "dup.json"))
+    assert str(err.value).endswith("duplicate case ids ['d0', 'd1', 'd2', 'd3', 'd4']")
+    bad = make_results({"a": 1.0})
+    for settings, message in (({"identity_keys": "model"}, "settings.identity_keys should be a list of strings"),
+                              ({"inject_slowdown": "3%"}, "settings.inject_slowdown should be an integer or a number"),
+                              ({"case_filter": 3}, "settings.case_filter should be a string, found 3")):  # fmt: skip
+        bad.settings = {"expected_cases": ["a"], **settings}
+        with pytest.raises(DataError, match=re.escape(message)):
+            load_results(_save(bad, tmp_path / "bad.json"))

@@ -1,0 +1,66 @@
+"""nox -s gpu_gate: the stages in order, each only after the ones before passed, one table, one exit code."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ci import build, gpu_gate
+from tests.unit.factories import AFTER, BEFORE, MOD, diff, kernel_results, make_release
+
+
+@pytest.fixture
+def built(tmp_path):
+    patch = tmp_path / "change.patch"
+    patch.write_text(diff(MOD, BEFORE, AFTER))
+    return build.build_trees(
+        build.BuildOptions(patch=patch, out=tmp_path / "trees"), release=make_release(tmp_path / "r")
+    )
+
+
+def _fake(codes: dict[str, int], seen: list, results_path=None):
+    def run(step, argv, codes_map=None):
+        seen.append((step.name, argv))
+        if "ci.bench" in argv and results_path is not None:
+            results_path.parent.mkdir(parents=True, exist_ok=True)
+            kernel_results().save(results_path)
+        step.code = next((c for k, c in codes.items() if step.name.startswith(k)), 0)
+        return step
+
+    return run
+
+
+@pytest.mark.parametrize(("failing", "code", "ran", "counted", "overall"), [
+    ("GPU equivalence suite", 1, 1, False, 1), ("kernel bench", 12, 2, False, 12),
+    ("kernel verdict (A/B)", 3, 3, False, 3),
+    ("kernel verdict (baseline", 1, 4, False, 0), ("kernel verdict (baseline", 1, 4, True, 1),
+    ("kernel verdict (baseline", 4, 4, True, 0),
+])  # fmt: skip
+def test_each_stage_runs_only_after_the_ones_before_passed(built, tmp_path, monkeypatch, failing, code, ran, counted,
+                                                           overall):  # fmt: skip
+    seen = []
+    out = tmp_path / "out"
+    monkeypatch.setattr(gpu_gate, "_run", _fake({failing: code}, seen, out / "bench" / "kernel-results.json"))
+    steps, found = gpu_gate.run_gate(built.manifest_path, out, suite="quick", workers=2, baseline_dir=tmp_path / "b",
+                                     count_baseline=counted)  # fmt: skip
+    assert len(seen) == ran and found == overall
+    suite = seen[0][1]
+    assert suite[suite.index("-n") + 1] == "2" and "--require-gpu" in suite, "one xdist worker per GPU asked for"
+    text = gpu_gate.table(steps, found)
+    assert text.startswith(f"### GPU gate: {gpu_gate.describe(overall)[0]} (exit {overall})")
+    assert text.count("| not run |") == 4 - ran
+    if ran == 4 and overall == 0:
+        assert f"| {gpu_gate.describe(code)[0]} (shown, not counted) | {code} |" in text
+
+
+def test_the_baseline_side_is_the_candidate_only_for_the_baselines_own_change(tmp_path):
+    stored = kernel_results()
+    stored.provenance["vllm"] = {"patch_sha256": "abc"}
+    path = tmp_path / "b.json"
+    stored.save(path)
+    assert gpu_gate.baseline_side("abc", path) == "candidate"
+    assert gpu_gate.baseline_side("other", path) == "base"
+    assert gpu_gate.baseline_side("abc", tmp_path / "missing.json") == "base"
+    path.write_text(json.dumps({"provenance": "junk"}))
+    assert gpu_gate.baseline_side("abc", path) == "base"

@@ -1,0 +1,106 @@
+"""What each subject says a complete run is, and the cases it refuses as evidence (ci.subjects and the two
+subjects of the gate), with the messages they give; the TPOT report's rounds table against a golden file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ci import evidence, kernel_subject, serving_subject, subjects
+from ci.errors import DataError
+from ci.results import CaseResult, load_results
+from tests.unit.factories import kernel_results
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).parent / "data"
+
+
+def test_the_kernel_suite_less_its_filter_is_what_a_complete_run_holds():
+    subset = kernel_results("default", case_filter="deepseek-v3/ep8/*")
+    assert len(subset.cases) == 10 and evidence.run_problems(subset) == []
+    assert kernel_subject.expected_cases(subset) == [c.id for c in subset.cases]
+    subset.settings["case_filter"] = "nothing/*"
+    with pytest.raises(DataError) as err:
+        kernel_subject.expected_cases(subset)
+    assert str(err.value) == "settings.case_filter: --cases 'nothing/*' matches no case of suite 'default'"
+
+
+def test_captures_come_from_the_blocks_of_each_sample():
+    case = kernel_results().cases[0]
+    assert kernel_subject.captures(case, "base") == 6
+    del case.extra["blocks"]
+    assert kernel_subject.captures(case, "base") == 1 and kernel_subject.capture_ids(case, "base") is None
+    for blocks in ("junk", {"base": "0"}, {"base": [0] * 17}, {"base": [0.0] * 18}, {"base": [True] * 18}):
+        case.extra["blocks"] = blocks
+        with pytest.raises(DataError) as err:
+            kernel_subject.capture_ids(case, "base")
+        assert str(err.value) == f"case {case.id}: extra.blocks['base'] should give the block of each of its samples"
+    case.extra["blocks"] = {"other": [0]}
+    with pytest.raises(DataError, match="should give the block"):
+        kernel_subject.capture_ids(case, "other")  # blocks for a build without samples
+
+
+def test_a_kernel_case_without_its_correctness_check_is_no_evidence():
+    case = kernel_results().cases[0]
+    del case.extra["correctness"]
+    assert kernel_subject.case_problems(case) == [
+        "no correctness check recorded: the bench times a case only after both builds agree; re-run it"
+    ]
+
+
+def test_tpot_rounds_must_be_a_list_with_their_counts():
+    case = CaseResult(id="t", unit="ms", samples={"base": [1.0]})
+    assert serving_subject.case_problems(case) == ["no rounds recorded: re-run the TPOT stage"]
+    case.extra["rounds"] = []
+    assert serving_subject.case_problems(case) == ["no rounds recorded: re-run the TPOT stage"]
+    case.extra["rounds"] = "junk"
+    with pytest.raises(DataError, match=r"case t: extra.rounds should be a list of rounds, found 'junk'"):
+        serving_subject.case_problems(case)
+
+
+def test_the_tpot_rounds_table_matches_its_golden_file():
+    """The rounds of the committed A/A run, one round without readings ("-"), a case without rounds first and
+    a second case after it."""
+    results = load_results(ROOT / "reports" / "nvidia-h200-x1" / "tpot-pr-aa.json")
+    results.cases[0].extra["rounds"][1]["machine"] = {"sm_clock_mhz": [None], "power_draw_w": []}
+    results.cases.insert(0, CaseResult(id="no-rounds", unit="ms", samples={"base": [1.0]}))
+    second = results.cases[1]
+    results.cases.append(CaseResult(id="second", unit="ms", samples=second.samples, extra={
+        "rounds": second.extra["rounds"][:2]}))  # fmt: skip
+    assert "\n".join(serving_subject.details(results)) + "\n" == (DATA / "tpot-pr-aa-details.md").read_text()
+
+
+def test_a_kind_no_subject_defines_has_no_complete_run():
+    plain = subjects.subject_of("nobody-registered-this")
+    results = kernel_results()
+    results.kind = "nobody-registered-this"
+    with pytest.raises(DataError) as err:
+        plain.expected_cases(results)
+    assert str(err.value) == ("the gate defines no cases for results of kind 'nobody-registered-this': no complete "
+                              "run of it exists")  # fmt: skip
+    assert evidence.run_problems(results)[0] == str(err.value)
+
+
+def test_a_results_file_finds_its_cases_by_id(tmp_path):
+    results = kernel_results()
+    first = results.cases[0]
+    assert results.case(first.id) is first and results.case("absent") is None
+
+
+def test_the_stored_baseline_must_be_of_the_runs_kind_to_be_replaced(tmp_path):
+    from ci import baselines
+
+    bdir = tmp_path / "b"
+    path = baselines.record(_saved(kernel_results(), tmp_path / "k.json"), bdir)
+    payload = json.loads(path.read_text())
+    payload["kind"] = "tpot-bench"
+    path.write_text(json.dumps(payload))
+    with pytest.raises(DataError, match="expected a 'kernel-bench' file, found kind='tpot-bench'"):
+        baselines.record(_saved(kernel_results(seed=4), tmp_path / "k2.json"), bdir, force=True)
+
+
+def _saved(results, path):
+    results.save(path)
+    return path

@@ -23,12 +23,19 @@ from pathlib import Path
 from ci import evidence, subjects
 from ci.cli import run_main
 from ci.errors import DataError, IncompleteEvidenceError, NoBaselineError, UsageError
-from ci.gpu import slug
 from ci.jsonio import dumps
 from ci.results import BenchResults, load_results
 
 DEFAULT_DIR = Path("baselines")
 SUITE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # fullmatch: "default\n" is no suite name
+
+
+def slug(name: str, count: int) -> str:
+    """``NVIDIA H200``, 1 -> ``nvidia-h200-x1`` (the baselines folder of that machine)."""
+    clean = "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+    while "--" in clean:
+        clean = clean.replace("--", "-")
+    return f"{clean}-x{count}"
 
 
 def baseline_path(results: BenchResults, root: Path = DEFAULT_DIR) -> Path:

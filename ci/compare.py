@@ -102,7 +102,7 @@ def _notes(*samples: Sequence[float]) -> list[str]:
 
 def block_medians(case: CaseResult, side: str) -> list[float] | None:
     """The median of each block of ``side`` (``extra.blocks``: the block of every sample), or None for
-    results timed in one capture (older files, TPOT, a single block)."""
+    results timed in one capture (a single block, or none recorded)."""
     blocks = case.extra.get("blocks")
     if blocks is None:
         return None
@@ -146,7 +146,7 @@ def compare_ab(results: BenchResults, threshold: float, confidence: float) -> Ga
         base, cand = case.samples["base"], case.samples["candidate"]
         mb, mc = block_medians(case, "base"), block_medians(case, "candidate")
         if (mb is None) != (mc is None) or (mb is not None and len(mb) != len(mc)):
-            raise DataError(f"case {case.id}: the builds were timed in different blocks; re-run the bench")
+            raise DataError(f"case {case.id}: the builds were timed in different blocks; re-run the stage")
         if mb is not None:  # one number per pair of captures
             effect = stats.blocked_effect(mb, mc, confidence, n_base=len(base), n_cand=len(cand))
             jitter = (_jitter(case, "base"), _jitter(case, "candidate"))
@@ -203,8 +203,8 @@ def compare_baseline(
 
 
 def _same_blocks(stored: CaseResult, case: CaseResult, side: str) -> bool:
-    """Both runs timed ``side`` in the same blocks (ids 0..n-1 alike): the bench seeds block b's inputs and
-    its order and pad by case id and b, so block b of one run and block b of the other saw the same work."""
+    """Both runs timed ``side`` in the same blocks (ids 0..n-1 alike): a stage that seeds block b's inputs,
+    order and pad by case id and b (the kernel bench does) gives block b of two runs the same work."""
     ids = [set(c.extra["blocks"][side]) for c in (stored, case)]
     return ids[0] == ids[1]
 
@@ -252,7 +252,7 @@ def _fraction(text: str) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.compare", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", type=Path, required=True, help="results file of ci.bench or ci.tpot")
+    parser.add_argument("--results", type=Path, required=True, help="a results file of a stage (--out of its session)")
     parser.add_argument("--mode", choices=("ab", "baseline"), default="ab")
     parser.add_argument("--baseline-dir", type=Path, default=baselines.DEFAULT_DIR)
     parser.add_argument(
@@ -268,9 +268,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_dir = args.out_dir or args.results.parent / f"{args.results.stem}-{args.mode}"
     _clear_outputs(out_dir)  # an earlier verdict must not outlive a run that ends in an error
     if not args.results.is_file():
-        raise DataError(f"--results {args.results}: no such file; run the stage that writes it first (nox -s "
-                        "bench for the kernel bench, nox -s tpot for TPOT, or nox -s gpu_gate for the whole GPU "
-                        "verdict)")  # fmt: skip
+        raise DataError(
+            f"--results {args.results}: no such file; run the stage that writes it first "
+            f"({outputs.written_by(args.results.name)})"
+        )
     results = load_results(args.results)
     if args.mode == "ab":
         gate = compare_ab(results, args.threshold, args.confidence)
@@ -279,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stored = baselines.load_baseline(results, args.baseline_dir, results_path=str(args.results))
         except NoBaselineError as exc:
             print(f"NO_BASELINE: {exc}")
-            report.to_step_summary(f"### EP-Marlin gate: NO_BASELINE\n\n{exc}\n")
+            report.to_step_summary(f"### {report.title(results.provenance)}: NO_BASELINE\n\n{exc}\n")
             return int(ExitCode.NO_BASELINE)
         where = str(baselines.baseline_path(results, args.baseline_dir))
         gate = compare_baseline(results, stored, args.side, args.threshold, args.confidence, where)

@@ -11,7 +11,7 @@ itself (a ``complete: true`` proves nothing). The rules:
   case filter): none missing, none more;
 * ``settings.complete`` is not false (an interrupted run says so);
 * every case has at least :data:`MIN_SAMPLES` samples of each build it is judged on (or the subject's
-  own minimum, e.g. a TPOT profile's rounds), in at least the subject's number of fresh captures;
+  own minimum, e.g. the rounds of a serving profile), in at least the subject's number of fresh captures;
 * no problem the subject finds in a case (failed requests, outputs that disagree);
 * against a baseline: every case of the baseline is in the run, the case identity the stage
   declared (``settings.identity_keys``: model, config hash, profile, ...) is the same in both, and

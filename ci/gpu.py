@@ -164,14 +164,6 @@ def fingerprint() -> dict:
     return {"driver": driver, "count": len(gpus), "gpus": [asdict(g) for g in gpus]}
 
 
-def slug(name: str, count: int) -> str:
-    """``NVIDIA H200``, 1 -> ``nvidia-h200-x1`` (the baselines folder of that machine)."""
-    clean = "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
-    while "--" in clean:
-        clean = clean.replace("--", "-")
-    return f"{clean}-x{count}"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("check", "fingerprint"))

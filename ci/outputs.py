@@ -14,3 +14,11 @@ ERROR_RATES = "error-rates"  # ci.error_rates: a folder (its runs and error-rate
 SUITE_JUNIT = "junit.xml"  # the GPU suite (pytest)
 SUITE_SUMMARY = "summary.json"  # the GPU suite's summary (tests/conftest.py, --gate-summary)
 VERDICT = ("verdict.json", "report.md", "plot.png")  # ci.compare, in its --out folder
+WRITERS = {KERNEL_RESULTS: "nox -s bench", TPOT_RESULTS: "nox -s tpot"}  # the session that writes each
+
+
+def written_by(name: str) -> str:
+    """Which session writes a results file of this name (for the message when it is missing)."""
+    writer = WRITERS.get(name)
+    found = f"{writer} writes {name}" if writer else "; ".join(f"{w} writes {n}" for n, w in WRITERS.items())
+    return f"{found}; nox -s gpu_gate runs the whole GPU verdict"

@@ -38,9 +38,23 @@ def _dist_version(name: str) -> str:
         return "absent"
 
 
+GATE_NAME = "EP-Marlin gate"  # what the reports call the gate (the core reads it from here, as recorded)
+
+
+def change_line(trees: Trees) -> str:
+    """One line for reports: the change under test, on which vLLM, and its contract (or none)."""
+    from ci.contracts import NO_CONTRACT
+
+    m = trees.manifest
+    reverse = " (reverse-applied: the release holds it)" if m.reverse else ""
+    contract = m.contract["describe"] if m.contract else NO_CONTRACT
+    return f"Change under test: `{m.patch_path}` on vLLM {m.vllm_version}{reverse}; {contract}."
+
+
 def collect(trees: Trees | None = None, *, with_cuda: bool = False) -> dict:
     """A provenance record; ``with_cuda`` adds what torch reports (imports torch)."""
     record = {
+        "gate": GATE_NAME,
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": command_line(),
         "project_commit": project_commit(),
@@ -64,6 +78,7 @@ def collect(trees: Trees | None = None, *, with_cuda: bool = False) -> dict:
             }
     if trees is not None:
         m = trees.manifest
+        record["change"] = change_line(trees)
         record["vllm"] = {
             "version": m.vllm_version,
             "source": m.vllm_source,

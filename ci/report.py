@@ -34,12 +34,18 @@ def _ratio(gate_case) -> tuple[str, str]:
     return f"{e.ratio:.3f}", f"[{e.ci_low:.3f}, {hi}]"
 
 
+def title(provenance: dict | None) -> str:
+    """The gate's name as the stage that wrote the results recorded it (``provenance.gate``)."""
+    name = (provenance or {}).get("gate")
+    return name if isinstance(name, str) and name else "gate"
+
+
 def markdown(gate) -> str:
     """The verdict table: one row a case, then the method and units."""
     pct = f"{gate.threshold:.0%}"
     extra = list(subjects.subject_of(gate.kind).columns(gate.mode))
     lines = [
-        f"### EP-Marlin gate ({gate.kind}, suite `{gate.suite}`): {gate.overall.value}",
+        f"### {title(gate.provenance)} ({gate.kind}, suite `{gate.suite}`): {gate.overall.value}",
         "",
         f"Compared with the {gate.reference}; FAIL when the whole {gate.confidence:.0%} interval of the ratio "
         f"lies above 1 + {pct}, INCONCLUSIVE when it straddles it.",
@@ -89,20 +95,15 @@ def markdown(gate) -> str:
 
 
 def details_markdown(results) -> str:
-    """What the verdict table leaves out: that a run is an A/A run, and what the subject adds (for TPOT
-    runs one row a round, in the order run, with the machine's state where recorded)."""
+    """What the verdict table leaves out: the change under test (``provenance.change``), that a run is an
+    A/A run, and what the subject adds (``ci.subjects``: its ``details``)."""
     lines = []
-    vllm = (getattr(results, "provenance", None) or {}).get("vllm") or {}
-    if vllm.get("patch"):
-        from ci.contracts import NO_CONTRACT
-
-        contract = vllm.get("contract")
-        lines += ["", f"Change under test: `{vllm['patch']}` on vLLM {vllm.get('version')}"
-                  f"{' (reverse-applied: the release holds it)' if vllm.get('reverse') else ''}; "
-                  f"{contract['describe'] if contract else NO_CONTRACT}."]  # fmt: skip
+    change = (getattr(results, "provenance", None) or {}).get("change")
+    if isinstance(change, str) and change:
+        lines += ["", change]
     if results.settings.get("aa"):
         lines += ["", "A/A run: both sides are the base build, so any difference above is the noise and bias of "
-                  "the method on this machine (its resolution), not a change in vLLM."]  # fmt: skip
+                  "the method on this machine (its resolution), not a change."]  # fmt: skip
     lines += subjects.subject_of(results.kind).details(results)
     return "\n".join(lines) + ("\n" if lines else "")
 

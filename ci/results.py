@@ -1,4 +1,4 @@
-"""The benchmark result files: one schema for the kernel and the TPOT benchmarks.
+"""The results files: one schema for every subject's stage (``ci.subjects``).
 
 A file holds raw samples per case and per build ("base", "candidate"), in one unit; every
 statistic is computed from them later (torch.utils.benchmark keeps ``raw_times`` likewise).

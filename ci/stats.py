@@ -41,12 +41,12 @@ METHOD_BLOCKED = "hodges-lehmann over blocks (log ratio of block medians), wilco
 METHOD_BLOCKED_UNPAIRED = "hodges-lehmann log shift of block medians, mann-whitney CI over blocks"
 METHOD_BLOCKED_BASELINE = ("hodges-lehmann over blocks paired by index with the baseline's (the same inputs), "
                            "wilcoxon signed-rank CI over blocks")  # fmt: skip
-# The noise model of the simulation, measured on an H200 (vLLM 0.26.0, CUDA graphs of 20 calls):
+# The noise model of the simulation, measured on an H200 (the kernel bench's CUDA graphs of 20 calls):
 # per-sample CV 0.2-0.7% and rare +7% outliers.
 SIM_CV_RANGE = (0.002, 0.007)
 SIM_OUTLIER_PROB = 0.03
 SIM_OUTLIER_SIZE = 0.07
-# Per-capture systematic error, measured on two H200s (default suite, vLLM 0.25.1): over the 63 cases
+# Per-capture systematic error, measured on two H200s (the kernel bench's default suite): over the 63 cases
 # where both builds run the same kernels, the A/B log ratio had SD 0.42% (one H200) and 0.45% (the other):
 # about 0.3% a capture. One case of the 63 (qwen3-30b-a3b/ep4/tpr1) sat at +3.1% and +2.5% on the two.
 SIM_CAPTURE_SD = 0.003

@@ -1,7 +1,7 @@
 """What the gate's core asks of a subject (the thing measured), so the core never names one.
 
 The core (``results``, ``stats``, ``evidence``, ``compare``, ``baselines``, ``report``) judges samples
-per case and knows nothing of block sizes, regret or TPOT. A subject, keyed by the results ``kind``
+per case and knows nothing of what a case measures. A subject, keyed by the results ``kind``
 its stage writes, says what a complete run of it is, from the gate's own definitions and never from
 what a results file claims (``expected_cases``: its suites and the run's case filter; ``min_samples``;
 ``captures`` and ``min_captures``: how its samples group into fresh timing units), and adds what only it
@@ -9,18 +9,19 @@ understands: extra report columns and verdict data per case (``annotate``), note
 table (``details``), a second plot panel (``panel``), and the file name of its baselines
 (``baseline_prefix``). A results file of a kind no subject registered is refused (``ci.results``).
 
-Subjects: ``ci.kernel_subject`` (the Marlin MoE kernel bench: block-size picks and regret) and
-``ci.serving_subject`` (end-to-end serving: TPOT rounds).
+A subject is a module ``ci/<name>_subject.py`` that calls :func:`register` when imported; the core finds
+them by that convention (``tests/unit/test_core_layering.py`` checks it names none).
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-SUBJECT_MODULES = ("ci.kernel_subject", "ci.serving_subject")  # each registers the kinds it writes
+SUBJECT_SUFFIX = "_subject"  # ci/<name>_subject.py registers the kinds its stage writes
 
 
 @dataclass
@@ -64,8 +65,11 @@ def register(subject: Subject) -> Subject:
 
 
 def _load() -> None:
-    for name in SUBJECT_MODULES:  # imported once; each registers itself (cached by sys.modules)
-        importlib.import_module(name)
+    import ci
+
+    for found in pkgutil.iter_modules(ci.__path__):  # imported once; each registers itself (sys.modules)
+        if found.name.endswith(SUBJECT_SUFFIX):
+            importlib.import_module(f"ci.{found.name}")
 
 
 def kinds() -> tuple[str, ...]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ci.suite_summary import SuiteSummary
+from tests.shared import TREES_KEY
 
 GPU_SKIP_REASON = "needs a CUDA GPU: run `nox -s gpu_tests` on a GPU host"
 # vLLM's import-time messages about CUDA and Triton a CPU machine lacks, filtered (tests/quiet_vllm.py); set
@@ -40,7 +41,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    from tests.ep_marlin.conftest import SEED
+    from tests.shared import SEED
 
     return f"ep-marlin gate: fixed seed {SEED} (GPU suite weights, routing, permutations)"
 
@@ -73,9 +74,6 @@ def pytest_configure(config: pytest.Config) -> None:
                 pytest.exit(f"gate: {exc}", returncode=int(exc.exit_code))
     if config.getoption("--require-gpu"):
         pin_xdist_worker()
-
-
-TREES_KEY = pytest.StashKey()
 
 
 def pin_xdist_worker() -> None:
@@ -127,7 +125,7 @@ def trees(request: pytest.FixtureRequest):
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Collect outcomes, checked-case counts and measured errors (works across xdist workers)."""
-    from tests.ep_marlin.conftest import COUNT_PROPERTY, METRIC_PROPERTY
+    from tests.shared import COUNT_PROPERTY, METRIC_PROPERTY
 
     if report.when == "call" or report.outcome != "passed":
         failed_outside_call = report.when != "call" and report.outcome == "failed"

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-COUNT_PROPERTY = "block_size_cases"
-SEED = 1234  # every random weight, routing and permutation of the GPU suite derives from it
+from tests.shared import METRIC_PROPERTY, contract_of
 
 
 @pytest.fixture(scope="session")
@@ -15,24 +14,6 @@ def variants(trees):
     from ci.variants import load_variants
 
     return load_variants(trees)
-
-
-CONTRACT_KEY = pytest.StashKey()
-
-
-def contract_of(config: pytest.Config):
-    """The change's contract recorded in the manifest (None: none), loaded once per process."""
-    from tests.conftest import TREES_KEY
-
-    if CONTRACT_KEY not in config.stash:
-        trees = config.stash.get(TREES_KEY, None)
-        if trees is None:
-            config.stash[CONTRACT_KEY] = None
-        else:
-            from ci.contracts import from_manifest
-
-            config.stash[CONTRACT_KEY] = from_manifest(trees.manifest.contract, trees.manifest_path)
-    return config.stash[CONTRACT_KEY]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -78,9 +59,6 @@ def expert_map_fn():
     from vllm.model_executor.layers.fused_moe.expert_map_manager import determine_expert_map
 
     return determine_expert_map
-
-
-METRIC_PROPERTY = "gate_metric"
 
 
 @pytest.fixture

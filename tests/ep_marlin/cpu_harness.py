@@ -255,3 +255,9 @@ def kernel_arg_differences(base: Observation, cand: Observation, case: Case) -> 
         if base.kernel_args.get(key) != cand.kernel_args.get(key):
             errors.append(f"{case}: _fused_marlin_moe argument {key!r} differs between base and candidate")
     return errors
+
+
+def rule_value(contract, case: Case, env: dict) -> int:
+    return contract.fused_block_size_m(m=case.m, topk=case.topk, local_experts=case.local_experts,
+                                       global_experts=case.global_experts, input_itemsize=case.input_itemsize,
+                                       env=env)  # fmt: skip

@@ -14,157 +14,38 @@ rule where it has one, and hand the kernels the base's arguments when the change
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
-import torch
 
 from ci import contracts, spec
-from ci import moe_case as mc
-from tests.ep_marlin import cpu_harness as h
-from tests.ep_marlin.conftest import COUNT_PROPERTY
-
-CAPACITIES = (1, 2, 7, 8, 9, 14, 15, 16, 17, 28, 29, 32, 43, 44, 48, 57, 58, 64, 65, 128, 256, 1024)
-LOCAL_EXPERTS = (1, 4, 8)
-LOADS = ("full", "sparse", "empty")  # tokens per expert: all at capacity, a few, none
-# apply(): this rank's tokens and top-k, and the dispatchers (EP ranks) sending to it
-APPLY_CAPACITIES = (1, 8, 9, 17, 44, 64, 65, 256, 1024)
-APPLY_TOKENS = (1, 4, 64)
-APPLY_TOPK = (1, 8)
-DISPATCHERS = (1, 8)
-
-
-class BatchedSpies:
-    def __init__(self, module) -> None:
-        self.module, self.align, self.kernel = module, [], []
-
-    def _align(self, *, max_tokens_per_batch, block_size, expert_num_tokens):
-        self.align.append({"max_tokens_per_batch": max_tokens_per_batch, "block_size": block_size,
-                           "expert_num_tokens": expert_num_tokens})  # fmt: skip
-        n = expert_num_tokens.numel() * max_tokens_per_batch
-        return torch.arange(n, dtype=torch.int32), torch.zeros(1, dtype=torch.int32), torch.tensor([n])
-
-    def _kernel(self, **kwargs):
-        self.kernel.append(kwargs)
-        return kwargs["hidden_states"].clone()
-
-    def __enter__(self):
-        m = self.module
-        self._saved = (m.batched_moe_align_block_size, m._fused_marlin_moe)
-        m.batched_moe_align_block_size, m._fused_marlin_moe = self._align, self._kernel
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.module.batched_moe_align_block_size, self.module._fused_marlin_moe = self._saved
-
-
-def _weights(e: int, quant_type_id: int) -> mc.Experts:
-    return mc.Experts(
-        scheme=mc.GPTQ_INT4_G128, quant_type_id=quant_type_id,
-        w1=torch.zeros(e, h.HIDDEN // 16, 2, dtype=torch.int32),
-        w2=torch.zeros(e, 1, h.HIDDEN * 2, dtype=torch.int32),  # 4-bit: size(2) // 2 == K
-        s1=torch.ones(e, 1, 1, dtype=torch.bfloat16), s2=torch.ones(e, 1, 1, dtype=torch.bfloat16),
-    )  # fmt: skip
-
-
-def observe(module, call: dict, quant_type_id: int) -> dict:
-    """One call, ``call["via"]`` "direct" or "apply"; what the spies saw."""
-    e, cap = call["experts"], call["capacity"]
-    gen = torch.Generator().manual_seed(e * 1009 + cap)
-    hidden = torch.randn(e, cap, h.HIDDEN, generator=gen).to(torch.bfloat16)
-    per_expert = {"full": cap, "sparse": min(cap, 2), "empty": 0}[call["load"]]
-    counts = torch.full((e,), per_expert, dtype=torch.int32)
-    counts_before = counts.clone()
-    w = _weights(e, quant_type_id)
-    with BatchedSpies(module) as spies:
-        if call["via"] == "direct":
-            out = module.batched_fused_marlin_moe(
-                hidden_states=hidden, expert_num_tokens=counts, w1=w.w1, w2=w.w2, bias1=None, bias2=None,
-                w1_scale=w.s1, w2_scale=w.s2, quant_type_id=quant_type_id, input_dtype=call["dtype"],
-            )  # fmt: skip
-        else:
-            g = e * call["dispatchers"]
-            topk_ids = torch.randint(0, g, (call["tokens"], call["topk"]), generator=gen, dtype=torch.int32)
-            caller = mc.batched_experts(module, w, num_dispatchers=call["dispatchers"], max_num_tokens=cap,
-                                        input_dtype=call["dtype"])  # fmt: skip
-            batched = mc.Batched(hidden=hidden, counts=counts, rows=None, slots=None, topk_ids=topk_ids)
-            out = mc.call_batched(module, caller, w.w1, w.w2, batched, global_num_experts=g)
-    assert len(spies.align) == 1 and len(spies.kernel) == 1, "one align and one kernel call"
-    align, kernel = spies.align[0], spies.kernel[0]
-    return {
-        "align_block_size": align["block_size"],
-        "kernel_block_size": kernel["block_size_m"],
-        "aligner_inputs_ok": align["max_tokens_per_batch"] == cap
-        and align["expert_num_tokens"] is counts
-        and torch.equal(counts, counts_before),
-        "kernel_args": {k: h.describe(v) for k, v in kernel.items()},
-        "output_ok": tuple(out.shape) == (e, cap, h.HIDDEN) and torch.equal(out, hidden),
-    }
-
-
-def _where(call: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in call.items())
-
-
-DIRECT = [dict(via="direct", experts=e, capacity=c, load=load, dtype=dt)
-          for e, c, load, dt in itertools.product(LOCAL_EXPERTS, CAPACITIES, LOADS, h.INPUT_DTYPES)]  # fmt: skip
-APPLY = [dict(via="apply", experts=e, capacity=c, load="sparse", dtype=dt, tokens=t, topk=k, dispatchers=d)
-         for e, c, dt, t, k, d in itertools.product(LOCAL_EXPERTS, APPLY_CAPACITIES, h.INPUT_DTYPES, APPLY_TOKENS,
-                                                    APPLY_TOPK, DISPATCHERS)]  # fmt: skip
-CALLS = DIRECT + APPLY
-
-
-def _itemsize(dtype) -> int | None:
-    return None if dtype is None else dtype.itemsize
-
-
-def invariant_violations(obs: dict, call: dict) -> list[str]:
-    errors, bm = [], obs["kernel_block_size"]
-    if bm not in spec.BLOCK_SIZES_M or obs["align_block_size"] != bm:
-        errors.append(f"{_where(call)}: block size {obs['align_block_size']}/{bm} (aligner/kernel), not one tile "
-                      f"of {spec.BLOCK_SIZES_M}")  # fmt: skip
-    if _itemsize(call["dtype"]) == 1 and bm < spec.MIN_BLOCK_SIZE_M_1_BYTE_INPUT:
-        errors.append(f"{_where(call)}: block size {bm} for a 1-byte input (at least 16)")
-    if not obs["aligner_inputs_ok"] or not obs["output_ok"]:
-        errors.append(f"{_where(call)}: the aligner did not get the capacity and the caller's token counts, "
-                      "or the output is not the kernel's, reshaped")  # fmt: skip
-    return errors
-
-
-def contract_rule(contract, call: dict, env: dict) -> int:
-    apply = call["via"] == "apply"
-    return contract.batched_block_size_m(
-        capacity=call["capacity"], assignments=call["tokens"] * call["topk"] if apply else None,
-        num_dispatchers=call.get("dispatchers", 1), global_experts=call["experts"] * call.get("dispatchers", 1),
-        local_experts=call["experts"], input_itemsize=_itemsize(call["dtype"]), env=env,
-    )  # fmt: skip
+from tests.ep_marlin import batched_harness as bh
+from tests.shared import COUNT_PROPERTY
 
 
 def test_base_follows_the_release_rule(variants, quant_type_id, record_property):
     """Both callers: the base's tile comes from the capacity (ci.spec.batched_block_size_m)."""
     errors = []
-    for call in CALLS:
-        obs = observe(variants[0].marlin_moe, call, quant_type_id)
-        want = spec.batched_block_size_m(call["capacity"], _itemsize(call["dtype"]))
+    for call in bh.CALLS:
+        obs = bh.observe(variants[0].marlin_moe, call, quant_type_id)
+        want = spec.batched_block_size_m(call["capacity"], bh.itemsize(call["dtype"]))
         if obs["kernel_block_size"] != want:
-            errors.append(f"{_where(call)}: block size {obs['kernel_block_size']}, the release's rule says {want}")
-        errors += invariant_violations(obs, call)
-    record_property(COUNT_PROPERTY, {"batched base": len(CALLS)})
-    assert not errors, f"{len(errors)} of {len(CALLS)} batched cases differ:\n" + "\n".join(errors[:20])
+            errors.append(f"{bh.where(call)}: block size {obs['kernel_block_size']}, the release's rule says {want}")
+        errors += bh.invariant_violations(obs, call)
+    record_property(COUNT_PROPERTY, {"batched base": len(bh.CALLS)})
+    assert not errors, f"{len(errors)} of {len(bh.CALLS)} batched cases differ:\n" + "\n".join(errors[:20])
 
 
 def test_candidate_keeps_the_invariants_and_its_contract(setting, setting_env, contract, variants, quant_type_id,
                                                          record_property):  # fmt: skip
     rule = contract.batched_block_size_m if contract else None
     errors = []
-    for call in CALLS:
-        obs = observe(variants[1].marlin_moe, call, quant_type_id)
-        errors += invariant_violations(obs, call)
-        if rule is not None and obs["kernel_block_size"] != (want := contract_rule(contract, call, setting_env)):
-            errors.append(f"{_where(call)}: block size {obs['kernel_block_size']}, {contract.name} says {want}")
+    for call in bh.CALLS:
+        obs = bh.observe(variants[1].marlin_moe, call, quant_type_id)
+        errors += bh.invariant_violations(obs, call)
+        if rule is not None and obs["kernel_block_size"] != (want := bh.contract_rule(contract, call, setting_env)):
+            errors.append(f"{bh.where(call)}: block size {obs['kernel_block_size']}, {contract.name} says {want}")
     label = "batched candidate" + ("" if setting == contracts.DEFAULT_SETTING else f" {setting}")
-    record_property(COUNT_PROPERTY, {label: len(CALLS)})
-    assert not errors, f"{len(errors)} of {len(CALLS)} batched cases break the invariants or the contract:\n" + (
+    record_property(COUNT_PROPERTY, {label: len(bh.CALLS)})
+    assert not errors, f"{len(errors)} of {len(bh.CALLS)} batched cases break the invariants or the contract:\n" + (
         "\n".join(errors[:20]))  # fmt: skip
 
 
@@ -174,9 +55,9 @@ def test_batched_arguments_are_the_base_unless_declared(default_setting, contrac
         pytest.skip(f"the batched path may change ({contract.name if contract else 'no contract'})")
     base, cand = (v.marlin_moe for v in variants)
     errors = []
-    for call in CALLS:
-        a, b = (observe(m, call, quant_type_id)["kernel_args"] for m in (base, cand))
-        errors += [f"{_where(call)}: {k} differs" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    for call in bh.CALLS:
+        a, b = (bh.observe(m, call, quant_type_id)["kernel_args"] for m in (base, cand))
+        errors += [f"{bh.where(call)}: {k} differs" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     assert not errors, "the batched path changed:\n" + "\n".join(errors[:20])
 
 
@@ -184,4 +65,4 @@ def test_the_batched_rule_in_the_spec():
     assert [spec.batched_block_size_m(c) for c in (1, 7, 8, 14, 15, 28, 29, 43, 44, 57, 58, 1024)] == [
         8, 8, 16, 16, 32, 32, 48, 48, 64, 64, 64, 64]  # fmt: skip
     assert spec.batched_block_size_m(1, input_itemsize=1) == 16
-    assert len(DIRECT) == 594 and len(APPLY) == 972
+    assert len(bh.DIRECT) == 594 and len(bh.APPLY) == 972

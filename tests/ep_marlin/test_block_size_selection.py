@@ -18,7 +18,7 @@ import pytest
 
 from ci import contracts, spec
 from tests.ep_marlin import cpu_harness as h
-from tests.ep_marlin.conftest import COUNT_PROPERTY, contract_of
+from tests.shared import COUNT_PROPERTY, contract_of
 
 GRID = [
     pytest.param(e, ep, topk, id=f"E{e}-ep{'none' if ep is None else ep}-topk{topk}")
@@ -33,12 +33,6 @@ NON_EP_GRID = [p for p in GRID if p.values[1] is None]
 def _observations(module, e, ep, topk, quant_type_id, expert_map_fn):
     for case in h.cases_for(e, ep, topk):
         yield case, h.observe(module, case, h.make_inputs(case, expert_map_fn), quant_type_id)
-
-
-def rule_value(contract, case: h.Case, env: dict) -> int:
-    return contract.fused_block_size_m(m=case.m, topk=case.topk, local_experts=case.local_experts,
-                                       global_experts=case.global_experts, input_itemsize=case.input_itemsize,
-                                       env=env)  # fmt: skip
 
 
 @pytest.mark.parametrize(("e", "ep", "topk"), GRID)
@@ -63,7 +57,7 @@ def test_candidate_keeps_the_invariants_and_its_contract(
     for case, obs in _observations(variants[1].marlin_moe, e, ep, topk, quant_type_id, expert_map_fn):
         errors += h.invariant_violations(obs, case)
         if rule is not None:
-            errors += h.rule_mismatches(obs, case, rule_value(contract, case, setting_env), f"{contract.name}")
+            errors += h.rule_mismatches(obs, case, h.rule_value(contract, case, setting_env), f"{contract.name}")
         n += 1
     record_property(
         COUNT_PROPERTY, {"candidate" if setting == contracts.DEFAULT_SETTING else f"candidate {setting}": n}

@@ -13,9 +13,8 @@ import pytest
 from ci.build import CHANGES_DIR, BuildOptions, Release, build_trees
 from ci.contracts import load_contract
 from ci.variants import load_candidate
+from tests.ep_marlin import batched_harness as bh
 from tests.ep_marlin import cpu_harness as h
-from tests.ep_marlin import test_batched_path as tb
-from tests.ep_marlin import test_block_size_selection as tbs
 
 WRITTEN_FOR = "0.25.1"
 # (change, mutant, contract setting, check): the check that must catch the mutant
@@ -51,13 +50,13 @@ def _errors(module, contract, env, check, quant_type_id, expert_map_fn) -> list[
             for case in h.cases_for(e, ep, topk):
                 obs = h.observe(module, case, h.make_inputs(case, expert_map_fn), quant_type_id)
                 errors += h.invariant_violations(obs, case)
-                errors += h.rule_mismatches(obs, case, tbs.rule_value(contract, case, env), contract.name)
+                errors += h.rule_mismatches(obs, case, h.rule_value(contract, case, env), contract.name)
     else:
-        for call in tb.CALLS:
-            obs = tb.observe(module, call, quant_type_id)
-            errors += tb.invariant_violations(obs, call)
-            if obs["kernel_block_size"] != tb.contract_rule(contract, call, env):
-                errors.append(f"{tb._where(call)}: not the contract's tile")
+        for call in bh.CALLS:
+            obs = bh.observe(module, call, quant_type_id)
+            errors += bh.invariant_violations(obs, call)
+            if obs["kernel_block_size"] != bh.contract_rule(contract, call, env):
+                errors.append(f"{bh.where(call)}: not the contract's tile")
     return errors
 
 

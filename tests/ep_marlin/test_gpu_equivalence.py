@@ -21,8 +21,8 @@ import torch
 from ci import moe_case as mc
 from ci.shapes import scaled
 from ci.spec import BLOCK_SIZES_M, NON_EP
-from tests.ep_marlin.conftest import SEED
 from tests.ep_marlin.reference import max_abs, reference_moe, rel_l2
+from tests.shared import SEED
 
 pytestmark = pytest.mark.gpu
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+import shutil
 from pathlib import Path
 
 from ci import build, kernel_subject, serving_subject, subjects
@@ -19,6 +20,7 @@ from ci.results import BenchResults, CaseResult
 from ci.variants import ENTRY_MODULE
 
 GPU = {"driver": "580", "count": 1, "gpus": [{"name": "NVIDIA H200", "index": 0}]}
+PROVENANCE = {"gpu": GPU, "gate": "EP-Marlin gate"}  # what ci.provenance.collect records, in part
 SYNTHETIC = "synthetic-bench"
 
 
@@ -56,7 +58,7 @@ def make_results(ratio_by_case: dict[str, float], *, n: int = 50, seed: int = 0,
             )
         )
     settings = {"expected_cases": list(ratio_by_case), "complete": True}  # what every stage writes
-    return BenchResults(kind=SYNTHETIC, suite=suite, provenance={"gpu": GPU}, settings=settings, cases=cases)
+    return BenchResults(kind=SYNTHETIC, suite=suite, provenance=dict(PROVENANCE), settings=settings, cases=cases)
 
 
 def blocked_results(ratio_by_block: list[float], rounds: int = 3, case_ratio: float = 1.0) -> BenchResults:
@@ -86,7 +88,8 @@ def kernel_results(suite: str = "quick", *, blocks: int = 6, rounds: int = 3, ra
         ))  # fmt: skip
     settings = {"expected_cases": [c.id for c in cases], "complete": True, "case_filter": case_filter,
                 "aa": False, "failed_cases": {}}  # fmt: skip
-    return BenchResults(kind=kernel_subject.KIND, suite=suite, provenance={"gpu": GPU}, settings=settings, cases=cases)
+    return BenchResults(kind=kernel_subject.KIND, suite=suite, provenance=dict(PROVENANCE), settings=settings,
+                        cases=cases)  # fmt: skip
 
 
 # A toy vLLM release and patches of it (the builder's tests) ------------------------------------------
@@ -123,3 +126,27 @@ def plain_diff(path: str, old: str, new: str) -> str:
     import difflib
 
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
+
+
+# A stand-in vLLM tree for the serving stage's tests (tests/unit/standin_vllm.py as its CLI) -----------------
+
+STANDIN = Path(__file__).with_name("standin_vllm.py")
+
+
+def fake_tree(root: Path, *, moe_flag: bool = True, bench_module: bool = True) -> Path:
+    cli = root / "vllm" / "entrypoints" / "cli"
+    cli.mkdir(parents=True)
+    for pkg in (root / "vllm", root / "vllm" / "entrypoints", cli):
+        (pkg / "__init__.py").write_text("")
+    shutil.copy(STANDIN, cli / "main.py")
+    if bench_module:
+        for sub in ("benchmarks", "utils"):
+            (root / "vllm" / sub).mkdir()
+            (root / "vllm" / sub / "__init__.py").write_text("")
+        shutil.copy(STANDIN, root / "vllm" / "benchmarks" / "serve.py")
+        (root / "vllm" / "utils" / "argparse_utils.py").write_text(
+            "from argparse import ArgumentParser as FlexibleArgumentParser  # noqa: F401\n"
+        )
+    (root / "vllm" / "engine").mkdir()
+    (root / "vllm" / "engine" / "arg_utils.py").write_text('add("--moe-backend")\n' if moe_flag else "")
+    return root

@@ -203,8 +203,17 @@ def test_out_is_the_folder_like_every_stage_and_out_dir_still_works(results_file
 def test_judging_before_the_bench_ran_says_which_session_writes_the_results(tmp_path, capsys):
     from ci.cli import run_main
 
-    assert run_main(compare.main, ["--results", str(tmp_path / "none.json")]) == ExitCode.DATA
+    assert run_main(compare.main, ["--results", str(tmp_path / "kernel-results.json")]) == ExitCode.DATA
     assert capsys.readouterr().err.strip() == (
-        f"error: --results {tmp_path / 'none.json'}: no such file; run the stage that writes it first (nox -s bench "
-        "for the kernel bench, nox -s tpot for TPOT, or nox -s gpu_gate for the whole GPU verdict)"
+        f"error: --results {tmp_path / 'kernel-results.json'}: no such file; run the stage that writes it first "
+        "(nox -s bench writes kernel-results.json; nox -s gpu_gate runs the whole GPU verdict)"
+    )
+    assert run_main(compare.main, ["--results", str(tmp_path / "mine.json")]) == ExitCode.DATA
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "(nox -s bench writes kernel-results.json; nox -s tpot writes tpot-results.json; nox -s gpu_gate runs the "
+            "whole GPU verdict)"
+        )
     )

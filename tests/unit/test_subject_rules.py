@@ -104,3 +104,20 @@ def test_the_stored_baseline_must_be_of_the_runs_kind_to_be_replaced(tmp_path):
 def _saved(results, path):
     results.save(path)
     return path
+
+
+def test_the_change_line_comes_from_the_trees_and_the_report_shows_it(tmp_path):
+    from ci import build, contracts, provenance, report
+    from tests.unit.factories import AFTER, BEFORE, MOD, diff, make_release
+
+    patch = tmp_path / "change.patch"
+    patch.write_text(diff(MOD, BEFORE, AFTER))
+    trees = build.build_trees(build.BuildOptions(patch=patch, out=tmp_path / "t"), release=make_release(tmp_path / "r"))
+    line = provenance.change_line(trees)
+    assert line == f"Change under test: `{trees.manifest.patch_path}` on vLLM 9.9.9; {contracts.NO_CONTRACT}."
+    results = kernel_results()
+    results.provenance["change"] = line
+    assert report.details_markdown(results) == f"\n{line}\n"
+    results.provenance["change"] = 3  # not a line: nothing shown
+    assert report.details_markdown(results) == ""
+    assert report.title({"gate": "EP-Marlin gate"}) == "EP-Marlin gate" and report.title({}) == "gate"

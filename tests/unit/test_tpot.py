@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import time
 from pathlib import Path
@@ -17,28 +16,10 @@ from ci.build import FileChange, TreeManifest, Trees
 from ci.errors import DataError, ServerError
 from ci.results import load_results
 from ci.server import Server, free_port
+from tests.unit.factories import fake_tree
 
 HERE = Path(__file__).resolve().parent
 QWEN = tpot.model_dir("qwen3-30b-a3b-like")
-
-
-def fake_tree(root: Path, *, moe_flag: bool = True, bench_module: bool = True) -> Path:
-    cli = root / "vllm" / "entrypoints" / "cli"
-    cli.mkdir(parents=True)
-    for pkg in (root / "vllm", root / "vllm" / "entrypoints", cli):
-        (pkg / "__init__.py").write_text("")
-    shutil.copy(HERE / "standin_vllm.py", cli / "main.py")
-    if bench_module:
-        for sub in ("benchmarks", "utils"):
-            (root / "vllm" / sub).mkdir()
-            (root / "vllm" / sub / "__init__.py").write_text("")
-        shutil.copy(HERE / "standin_vllm.py", root / "vllm" / "benchmarks" / "serve.py")
-        (root / "vllm" / "utils" / "argparse_utils.py").write_text(
-            "from argparse import ArgumentParser as FlexibleArgumentParser  # noqa: F401\n"
-        )
-    (root / "vllm" / "engine").mkdir()
-    (root / "vllm" / "engine" / "arg_utils.py").write_text('add("--moe-backend")\n' if moe_flag else "")
-    return root
 
 
 @pytest.fixture(autouse=True)

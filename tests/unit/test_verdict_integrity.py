@@ -340,7 +340,7 @@ def test_a_server_of_another_run_on_the_port_is_not_measured(tmp_path, monkeypat
     """The race: another run's server binds the port between our check and our server's start."""
     from ci import server as srv
     from ci import tpot
-    from tests.unit.test_tpot import fake_tree
+    from tests.unit.factories import fake_tree
 
     tree = fake_tree(tmp_path / "t")
     monkeypatch.setenv("STANDIN_CHILD_PID_FILE", str(tmp_path / "child.pid"))

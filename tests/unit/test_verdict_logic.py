@@ -61,7 +61,7 @@ def test_report_fields_name_what_was_compared(tmp_path):
     assert payload["kind"] == "gate-verdict" and payload["schema_version"] == compare.VERDICT_VERSION == 2
     assert payload["results_kind"] == "synthetic-bench" and payload["mode"] == "ab"
     assert payload["reference"] == "base build of the same run" and payload["suite"] == "unit"
-    assert payload["provenance"] == {"gpu": GPU} and payload["problems"] == []
+    assert payload["provenance"] == {"gpu": GPU, "gate": "EP-Marlin gate"} and payload["problems"] == []
     (case,) = gate.cases
     assert case.unit == "us/call" and case.reference_median == stats.median(results.cases[0].samples["base"])
     assert case.measured_median == stats.median(results.cases[0].samples["candidate"])

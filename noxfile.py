@@ -238,28 +238,29 @@ def lint(session: nox.Session) -> None:
     session.run("check-jsonschema", "--builtin-schema", "vendor.github-actions", *actions)
 
 
-@nox.session
-def tests(session: nox.Session) -> None:
-    """CPU tier and unit tests: vLLM's real Python with spies for its CUDA kernels (any machine)."""
+def _cpu_tier(session: nox.Session, *paths: str) -> None:
+    """Install what the default release needs, build its trees, run pytest over ``paths`` on them."""
     args = parse_session_args(session.posargs)
     _install_vllm_deps(session, args, gpu=False)
     _requirements(session, "test")
     manifest = _build(session, args)
-    workers = os.environ.get("GATE_TEST_WORKERS", "auto")
-    _pytest(session, manifest, "tests", "-n", workers, *args.rest)
+    _pytest(session, manifest, *paths, "-n", os.environ.get("GATE_TEST_WORKERS", "auto"), *args.rest)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """CPU tier and unit tests: vLLM's real Python with spies for its CUDA kernels (any machine)."""
+    _cpu_tier(session, "tests")
+
+
+# the mutant checks test the gate's own checks (can they catch known-wrong candidates?), not the change
+GATE_OWN_CHECKS = tuple(f"--ignore=tests/ep_marlin/{name}" for name in ("test_mutants.py", "test_contract_mutants.py"))
 
 
 @nox.session(default=False)
 def check(session: nox.Session) -> None:
     """A patch tried fast: the CPU tier of the change alone (no unit tests of the gate), one verdict line."""
-    args = parse_session_args(session.posargs)
-    _install_vllm_deps(session, args, gpu=False)
-    _requirements(session, "test")
-    manifest = _build(session, args)
-    workers = os.environ.get("GATE_TEST_WORKERS", "auto")
-    # the mutant checks test the gate's own checks (can they catch known-wrong candidates?), not the change
-    own = [f"--ignore=tests/ep_marlin/{name}" for name in ("test_mutants.py", "test_contract_mutants.py")]
-    _pytest(session, manifest, "tests/ep_marlin", "-m", "not gpu", *own, "-q", "-n", workers, *args.rest)
+    _cpu_tier(session, "tests/ep_marlin", "-m", "not gpu", *GATE_OWN_CHECKS, "-q")
 
 
 # Releases the CPU tier follows besides the default one, each in its own environment, its dependencies read

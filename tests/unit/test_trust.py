@@ -238,26 +238,26 @@ def test_the_users_git_configuration_does_not_change_the_branch_patch(fork, tmp_
     assert "m // 2" in (trees.candidate / "vllm" / "layers" / "mod.py").read_text()
 
 
+def _commit_on(repo: Path, branch: str, path: str, make) -> None:
+    """``make(repo / path)`` on ``branch``, committed."""
+    _git(repo, "checkout", "-q", branch)
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    make(repo / path)
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", f"add {path}")
+
+
 def test_a_file_that_is_not_utf8_is_refused_with_its_path(fork):
-    _git(fork, "checkout", "-q", "feature")
-    (fork / "vllm" / "layers" / "latin.py").write_bytes("# caf\xe9\n".encode("latin-1"))
-    _git(fork, "add", ".")
-    _git(fork, "commit", "-qm", "latin-1")
+    _commit_on(fork, "feature", "vllm/layers/latin.py", lambda p: p.write_bytes("# caf\xe9\n".encode("latin-1")))
     with pytest.raises(PatchError, match=r"vllm/layers/latin.py at [0-9a-f]{12} is not UTF-8 text"):
         refpatch.make_patch(fork, "main", "feature")
 
 
 def test_symbolic_links_in_the_branch_or_at_the_merge_base_are_refused(fork, tmp_path):
-    _git(fork, "checkout", "-q", "feature")
-    (fork / "vllm" / "layers" / "leak.py").symlink_to("/etc/passwd")
-    _git(fork, "add", ".")
-    _git(fork, "commit", "-qm", "a link")
+    _commit_on(fork, "feature", "vllm/layers/leak.py", lambda p: p.symlink_to("/etc/passwd"))
     with pytest.raises(PatchError, match=r"holds symbolic links under vllm/ \(vllm/layers/leak.py\)"):
         refpatch.make_patch(fork, "main", "feature")
-    _git(fork, "checkout", "-q", "main")
-    (fork / "vllm" / "abs.py").symlink_to("/etc/hostname")  # at the merge-base: a traceback (exit 70) before
-    _git(fork, "add", ".")
-    _git(fork, "commit", "-qm", "absolute link on main")
+    _commit_on(fork, "main", "vllm/abs.py", lambda p: p.symlink_to("/etc/hostname"))  # at the merge-base
     dest = tmp_path / "export"
     with pytest.raises(PatchError, match=r"vllm/abs.py at main of .* is not a file \(mode 120000"):
         build._export_vllm(fork, "main", dest)
@@ -267,11 +267,7 @@ def test_symbolic_links_in_the_branch_or_at_the_merge_base_are_refused(fork, tmp
 @pytest.mark.parametrize("path", ["csrc/moe/marlin.cxx", "vllm/kernels/k.hip", "vllm/k.cubin",
                                   "csrc/moe/CMakeLists.txt", "vllm/third_party/CMakeLists.txt"])  # fmt: skip
 def test_every_compiled_source_is_refused(fork, path):
-    _git(fork, "checkout", "-q", "feature")
-    (fork / path).parent.mkdir(parents=True, exist_ok=True)
-    (fork / path).write_text("compiled\n")
-    _git(fork, "add", ".")
-    _git(fork, "commit", "-qm", "compiled")
+    _commit_on(fork, "feature", path, lambda p: p.write_text("compiled\n"))
     with pytest.raises(PatchError, match=rf"changes compiled sources \({path}\)"):
         refpatch.make_patch(fork, "main", "feature")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import baselines, gpu, gpu_state, procs
+from ci import gpu, gpu_state, procs
 from ci.errors import NoGPUError
 
 
@@ -53,11 +53,6 @@ def test_state_sampler_never_breaks_the_run(monkeypatch):
     with gpu_state.StateSampler(period_s=0.01) as sampler:
         time.sleep(0.05)
     assert sampler.summary()["sm_clock_mhz"] == [] and sampler.summary()["samples"] >= 1
-
-
-def test_slug_names_the_machine():
-    assert baselines.slug("NVIDIA H200", 8) == "nvidia-h200-x8"
-    assert baselines.slug("NVIDIA GeForce RTX 4090", 1) == "nvidia-geforce-rtx-4090-x1"
 
 
 def _sleeper(tag: str) -> subprocess.Popen:

@@ -666,3 +666,9 @@ def test_baseline_picks_when_a_side_recorded_none():
     del stored.cases[0].info["block_size_m"]
     (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
     assert case.annotations["block_size_m"] is None
+
+
+def test_slug_names_the_machine():
+    assert baselines.slug("NVIDIA H200", 8) == "nvidia-h200-x8"
+    assert baselines.slug("NVIDIA GeForce RTX 4090", 1) == "nvidia-geforce-rtx-4090-x1"
+    assert baselines.slug("  A--B  ", 2) == "a-b-x2"

@@ -42,3 +42,13 @@ def test_the_subjects_are_found_by_their_modules_names():
     on_disk = {p.stem for p in CI.glob(f"*{subjects.SUBJECT_SUFFIX}.py")}
     assert on_disk == {"kernel_subject", "serving_subject"}
     assert {"kernel-bench", "tpot-bench"} <= set(subjects.kinds())
+
+
+def test_a_fresh_process_finds_the_subjects_without_being_told():
+    """The other tests import the subjects themselves; a process that imports only the core must find them."""
+    import subprocess
+    import sys
+
+    code = "from ci import subjects; print(' '.join(subjects.kinds()))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=CI.parent)
+    assert done.stdout.split() == ["kernel-bench", "tpot-bench"]

@@ -302,13 +302,18 @@ def build(session: nox.Session) -> None:
     _build(session, args)
 
 
-@nox.session(default=False)
-def gpu_tests(session: nox.Session) -> None:
-    """GPU equivalence suite, one pytest-xdist worker per GPU (stops at once without a GPU)."""
+def _gpu_session(session: nox.Session) -> tuple[int, SessionArgs, Path]:
+    """What every GPU session does first: stop without a GPU, install, build the trees (GPUs, args, manifest)."""
     n_gpus = _require_gpu(session)
     args = parse_session_args(session.posargs)
     locked = _install_vllm_deps(session, args, gpu=True)
-    manifest = _build(session, args, locked=locked)
+    return n_gpus, args, _build(session, args, locked=locked)
+
+
+@nox.session(default=False)
+def gpu_tests(session: nox.Session) -> None:
+    """GPU equivalence suite, one pytest-xdist worker per GPU (stops at once without a GPU)."""
+    n_gpus, args, manifest = _gpu_session(session)
     out = _out(session, args)
     _pytest(session, manifest, "tests/ep_marlin", "-m", "gpu", "--require-gpu", "-n", str(n_gpus),
             f"--junitxml={out / outputs.SUITE_JUNIT}", f"--gate-summary={out / outputs.SUITE_SUMMARY}",
@@ -320,10 +325,7 @@ BENCH_RESULTS = OUT / "bench" / outputs.KERNEL_RESULTS
 
 def _gpu_stage(session: nox.Session, module: str, results_name: str) -> None:
     """The shape of the GPU stages: stop without a GPU, install, build trees, run ``module``."""
-    _require_gpu(session)
-    args = parse_session_args(session.posargs)
-    locked = _install_vllm_deps(session, args, gpu=True)
-    manifest = _build(session, args, locked=locked)
+    _, args, manifest = _gpu_session(session)
     out = _out(session, args) / results_name
     _stage(session, _python(session), "-m", module, "--manifest", str(manifest), "--out", str(out), *args.rest)
 
@@ -337,10 +339,7 @@ def bench(session: nox.Session) -> None:
 @nox.session(default=False)
 def gpu_gate(session: nox.Session) -> None:
     """The whole GPU verdict: GPU suite, kernel A/B and the verdict against the stored baseline, one exit code."""
-    n_gpus = _require_gpu(session)
-    args = parse_session_args(session.posargs)
-    locked = _install_vllm_deps(session, args, gpu=True)
-    manifest = _build(session, args, locked=locked)
+    n_gpus, args, manifest = _gpu_session(session)
     workers = ["--workers", str(n_gpus)] if "--workers" not in args.rest else []
     _stage(session, _python(session), "-m", "ci.gpu_gate", "--manifest", str(manifest), "--out",
            str(_out(session, args)), *workers, *args.rest)  # fmt: skip

@@ -24,7 +24,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.metadata
 import importlib.util
 import os
@@ -43,7 +42,7 @@ from pathlib import Path
 from ci import patching, treediff
 from ci.cli import run_main
 from ci.errors import DataError, MissingDependencyError, PatchError, UsageError
-from ci.jsonio import read_json, write_json
+from ci.jsonio import read_json, sha256_file, write_json
 from ci.treediff import FileChange
 
 DEFAULT_VLLM = "0.25.1"
@@ -105,10 +104,6 @@ class Trees:
     manifest: TreeManifest
     base: Path
     candidate: Path
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _version_from_tree(pkg: Path) -> str | None:
@@ -234,10 +229,6 @@ def _materialize(tree: Path, rel_paths: Sequence[str]) -> None:
             target = p.resolve()
             p.unlink()
             shutil.copy2(target, p)
-
-
-def _hash_or_none(path: Path) -> str | None:
-    return sha256_file(path) if path.is_file() else None
 
 
 def _tool_versions() -> dict[str, str]:

@@ -14,7 +14,6 @@ Usage: ``python -m ci.compare --results FILE [--mode ab|baseline] [--threshold 0
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import shutil
@@ -27,7 +26,7 @@ from pathlib import Path
 from ci import baselines, evidence, outputs, report, stats, subjects
 from ci.cli import run_main
 from ci.errors import DataError, ExitCode, NoBaselineError, UsageError
-from ci.jsonio import write_json
+from ci.jsonio import sha256_file, write_json
 from ci.results import BenchResults, CaseResult, load_results
 
 VERDICT_KIND = "gate-verdict"
@@ -42,10 +41,6 @@ EXIT_CODES = {
 }
 OUTPUT_FILES = outputs.VERDICT
 OUTPUTS_MARKER = ".gate-verdict"  # in --out: the files this stage wrote there, and their sha256
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @dataclass(kw_only=True)

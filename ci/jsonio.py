@@ -7,6 +7,7 @@ crash never leaves half a baseline behind.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -35,6 +36,10 @@ def dumps(payload: dict[str, Any]) -> str:
     """Indented JSON with each list of numbers on one line (raw samples stay one line a series)."""
     text = json.dumps(_finite(payload), indent=1, sort_keys=True, allow_nan=False)
     return _NUMBER_LIST.sub(lambda m: "[" + ", ".join(x.strip() for x in m[1].split(",")) + "]", text)
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:

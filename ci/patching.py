@@ -86,9 +86,9 @@ def touched_paths(patch: Path) -> list[tuple[str, str]]:
     with tempfile.TemporaryDirectory() as scratch:
         numstat = _git(Path(scratch), "apply", "--numstat", "-z", str(patch.resolve()))
         summary = _git(Path(scratch), "apply", "--summary", str(patch.resolve()))
+    if "No valid patches in input" in numstat.stderr:
+        return []  # no file section at all: check_touched_paths says so
     for done in (numstat, summary):
-        if "No valid patches in input" in done.stderr:
-            raise PatchError(f"{patch}: git apply finds no file in it; is this a patch (git diff, or diff -u)?")
         if done.returncode != 0:
             raise PatchError(f"{patch}: git apply cannot read it: {done.stderr.strip() or 'no detail'}")
     new_paths = [f.split("\t", 2)[2] for f in numstat.stdout.split("\0") if f.count("\t") >= 2 and f.split("\t")[2]]

@@ -22,6 +22,7 @@ import pytest
 from ci import baselines, build, compare, evidence, patching, stats
 from ci.cli import run_main
 from ci.errors import DataError, ExitCode, IncompleteEvidenceError, PatchError, ServerError, UsageError
+from ci.jsonio import sha256_file
 from ci.results import BenchResults, CaseResult, load_results
 from tests.unit.factories import BEFORE, MOD, diff, kernel_results, make_release, make_results
 
@@ -757,10 +758,10 @@ def test_the_marker_lists_what_the_stage_wrote_and_only_that_is_replaced(tmp_pat
     assert _gate("--results", str(ok), "--out", str(out)) == ExitCode.OK
     marker = json.loads((out / compare.OUTPUTS_MARKER).read_text())
     assert marker == {"kind": "gate-outputs", "schema_version": 1, "files": {
-        n: compare.sha256_file(out / n) for n in ("plot.png", "report.md", "verdict.json")}}  # fmt: skip
+        n: sha256_file(out / n) for n in ("plot.png", "report.md", "verdict.json")}}  # fmt: skip
     (out / "plot.png").unlink()  # one of its own files gone since: no reason to stop
     (out / "notes.txt").write_text("mine")
-    payload = {**marker, "files": {**marker["files"], "notes.txt": compare.sha256_file(out / "notes.txt")}}
+    payload = {**marker, "files": {**marker["files"], "notes.txt": sha256_file(out / "notes.txt")}}
     (out / compare.OUTPUTS_MARKER).write_text(json.dumps(payload))  # a marker that names a file of mine
     assert _gate("--results", str(ok), "--out", str(out)) == ExitCode.OK
     assert (out / "notes.txt").read_text() == "mine", "only the stage's own output names are ever removed"

@@ -38,9 +38,10 @@ from ci import gpu, provenance, stats
 from ci.build import load_trees
 from ci.cli import run_main
 from ci.errors import GPUBusyError, UsageError, WrongResultsError
+from ci.formats import FORMATS_BY_NAME, Format
 from ci.results import BenchResults, CaseResult
 from ci.shapes import MODELS
-from ci.spec import BLOCK_SIZES_M, NON_EP
+from ci.spec import BLOCK_SIZES_M, MIN_BLOCK_SIZE_M_1_BYTE_INPUT, NON_EP
 
 DEFAULT_REPEATS = 90  # timed rounds per build, over DEFAULT_BLOCKS captures (README: error rates)
 DEFAULT_BLOCKS = 30  # fresh captures per build; 30 x 3 rounds: simulated, with the measured capture error,
@@ -71,8 +72,9 @@ class BenchCase:
     ep: int
     tokens_per_rank: int
     dtype: str = "bf16"
-    quant: str = "gptq-int4-g128"
+    quant: str = "gptq-int4-g128"  # the 16-bit-input GPTQ int4 of every case until 2026-12-01, or a ci.formats name
     path: str = "fused"  # "batched": DeepEP low latency, BatchedMarlinExperts.apply on rank 0
+    per_dispatcher: int = BATCHED_MAX_TOKENS  # batched: rows each dispatcher may send an expert
 
     @property
     def id(self) -> str:
@@ -80,9 +82,13 @@ class BenchCase:
         return f"{self.shape_name}/ep{self.ep}/tpr{self.tokens_per_rank}/{where}{self.quant}/{self.dtype}"
 
     @property
+    def format(self) -> Format:
+        return FORMATS_BY_NAME.get(self.quant, GPTQ_INT4)
+
+    @property
     def capacity(self) -> int:
-        """Batched: rows per expert, BATCHED_MAX_TOKENS from each of the ``ep`` dispatchers."""
-        return BATCHED_MAX_TOKENS * self.ep
+        """Batched: rows per expert, ``per_dispatcher`` from each of the ``ep`` dispatchers."""
+        return self.per_dispatcher * self.ep
 
     @property
     def rows(self) -> int:
@@ -93,12 +99,24 @@ class BenchCase:
         return NON_EP if self.ep == 1 and self.path == "fused" else self.experts
 
 
+GPTQ_INT4 = FORMATS_BY_NAME["gptq-int4"]
 # Real model shapes, full size (ci.shapes; the weights are random bits: no quantization cost).
 MODEL_SHAPES = {name: (m.hidden, m.intermediate, m.experts, m.topk) for name, m in MODELS.items()}
 # "batched": the DeepEP low-latency path (decode: a few tokens per expert at a large capacity).
+# "formats" (ci.formats): the FP4 formats on the models that ship them (DeepSeek-V3 as NVFP4, gpt-oss as MXFP4
+# with its biases and clamped SwiGLU) and W4A8-int8 inputs, at the EP sizes and decode loads of the int4 cases.
+# "small_capacities": the batched path where a dispatcher may send an expert only a few rows, (ep, rows per
+# dispatcher): capacities 4 to 64, where vLLM 0.25.1 picks the tiles 8, 16, 32, 48 and 64 (at the
+# capacity-1024 cases every rule picks 64).
 SUITES = {
     "default": {"shapes": tuple(MODEL_SHAPES), "ep": (1, 2, 4, 8), "tokens": (1, 4, 8, 16, 32, 64, 128),
-                "batched": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "ep": (8,), "tokens": (1, 8, 32)}},
+                "batched": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "ep": (8,), "tokens": (1, 8, 32)},
+                "formats": ({"shape": "deepseek-v3", "quant": "nvfp4", "ep": (1, 2, 4, 8), "tokens": (1, 8, 64)},
+                            {"shape": "gpt-oss-120b", "quant": "gpt-oss-mxfp4", "ep": (1, 2, 4, 8),
+                             "tokens": (1, 8, 64)},
+                            {"shape": "qwen3-30b-a3b", "quant": "w4a8-int8", "ep": (1, 8), "tokens": (1, 8, 64)}),
+                "small_capacities": {"shapes": ("deepseek-v3",), "ep_rows": ((1, 4), (2, 4), (8, 2), (8, 4), (8, 8)),
+                                     "tokens": 1}},
     "quick": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "ep": (1, 8), "tokens": (8, 64),
               "batched": {"shapes": ("deepseek-v3",), "ep": (8,), "tokens": (8,)}},
 }  # fmt: skip
@@ -121,8 +139,23 @@ def suite_cases(suite: str, pattern: str | None = None) -> list[BenchCase]:
         for ep in batched["ep"]
         for t in batched["tokens"]
     ]
-    if pattern:
-        cases = [c for c in cases if fnmatch.fnmatch(c.id, pattern)]
+    cases += [
+        BenchCase(f["shape"], *MODEL_SHAPES[f["shape"]], ep=ep, tokens_per_rank=t, quant=f["quant"])
+        for f in spec.get("formats", ())
+        for ep in f["ep"]
+        for t in f["tokens"]
+    ]
+    small = spec.get("small_capacities", {})
+    cases += [
+        BenchCase(
+            name, *MODEL_SHAPES[name], ep=ep, tokens_per_rank=small["tokens"], path="batched", per_dispatcher=rows
+        )
+        for name in small.get("shapes", ())
+        for ep, rows in small["ep_rows"]
+    ]
+    if pattern:  # one glob, or several separated by commas (a case matching any of them)
+        globs = [g for g in pattern.split(",") if g]
+        cases = [c for c in cases if any(fnmatch.fnmatch(c.id, g) for g in globs)]
         if not cases:
             raise UsageError(f"--cases {pattern!r} matches no case of suite {suite!r}")
     return cases
@@ -166,12 +199,14 @@ class CaseRunner:
             caller = self._callers.get(id(module))
             if caller is None:
                 caller = self._callers[id(module)] = self.mc.batched_experts(
-                    module, self.experts, num_dispatchers=self.case.ep, max_num_tokens=BATCHED_MAX_TOKENS)  # fmt: skip
+                    module, self.experts, num_dispatchers=self.case.ep, max_num_tokens=self.case.per_dispatcher,
+                    fmt=self.case.format)  # fmt: skip
             return self.mc.call_batched(module, caller, self.experts.w1, self.experts.w2, routing,
-                                        global_num_experts=self.case.global_num_experts)  # fmt: skip
+                                        global_num_experts=self.case.global_num_experts,
+                                        fmt=self.case.format)  # fmt: skip
         return self.mc.call_moe(
             module, self.experts, routing, global_num_experts=self.case.global_num_experts,
-            expert_map=self.view.expert_map,
+            expert_map=self.view.expert_map, **self.mc.format_kwargs(self.case.format),
         )  # fmt: skip
 
     def valid_output(self, out, routing):
@@ -296,6 +331,14 @@ def calibrate_slowdown(runner, module, fraction: float, sleep: dict) -> dict:
     }
 
 
+def runnable_block_sizes(case: BenchCase) -> tuple[int, ...]:
+    """The tiles the kernel runs for this case: with 1-byte inputs (W4A8) not those under 16 (the Marlin kernel
+    has no thread config for them: "Invalid thread config", which is why vLLM raises the tile to 16)."""
+    if case.format.input_itemsize == 1:
+        return tuple(bm for bm in BLOCK_SIZES_M if bm >= MIN_BLOCK_SIZE_M_1_BYTE_INPUT)
+    return BLOCK_SIZES_M
+
+
 def run_case(runner: CaseRunner, variants, repeats: int, blocks: int = DEFAULT_BLOCKS, *,
              block_size_repeats: int = BLOCK_SIZE_REPEATS, inject: float = 0.0,
              sleep: dict | None = None) -> CaseResult:  # fmt: skip
@@ -325,7 +368,7 @@ def run_case(runner: CaseRunner, variants, repeats: int, blocks: int = DEFAULT_B
         del graphs, pad
     per_bm: dict[str, list[float]] = {}
     if block_size_repeats > 0:
-        bm_graphs = {bm: runner.capture(base.marlin_moe, forced_bm=bm) for bm in BLOCK_SIZES_M}
+        bm_graphs = {bm: runner.capture(base.marlin_moe, forced_bm=bm) for bm in runnable_block_sizes(runner.case)}
         for _ in range(block_size_repeats):
             for bm, g in bm_graphs.items():
                 per_bm.setdefault(str(bm), []).append(runner.time_us(g))
@@ -349,6 +392,7 @@ def run_case(runner: CaseRunner, variants, repeats: int, blocks: int = DEFAULT_B
             "tokens_per_rank": c.tokens_per_rank,
             "path": c.path,
             **({"capacity": c.capacity} if c.path == "batched" else {}),
+            **({"format": c.quant} if c.quant in FORMATS_BY_NAME else {}),
             "rows": c.rows,
             "global_num_experts_arg": c.global_num_experts,
             "quant": c.quant,
@@ -382,13 +426,13 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
     sleep = sleep_calibration(torch) if inject else None
     started, results, weights_key, experts, failed = time.time(), [], None, None, {}
     for i, case in enumerate(cases, 1):
-        key = (case.shape_name, case.ep)
+        key = (case.shape_name, case.ep, case.quant)
         if key != weights_key:
             experts, weights_key = None, key
             torch.cuda.empty_cache()
             shape = mc.Shape(case.shape_name, case.hidden, case.intermediate, case.experts, case.topk)
             local = mc.rank_view(case.experts, case.ep, 0).local_ids.numel()
-            experts = mc.random_packed_experts(shape, torch.bfloat16, local_experts=local, seed=7)
+            experts = mc.random_packed_experts(shape, torch.bfloat16, local_experts=local, seed=7, fmt=case.format)
         try:
             result = run_case(CaseRunner(case, experts), variants, repeats, blocks,
                               block_size_repeats=block_size_repeats, inject=inject, sleep=sleep)  # fmt: skip
@@ -457,7 +501,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--manifest", type=Path, required=True, help="manifest.json of the trees (ci.build)")
     parser.add_argument("--suite", default="default", help=f"one of {sorted(SUITES)} (default %(default)s)")
-    parser.add_argument("--cases", help="only case ids matching this glob, e.g. 'deepseek-v3/ep8/*'")
+    parser.add_argument("--cases", help="only case ids matching this glob (or any of several, comma-separated), "
+                        "e.g. 'deepseek-v3/ep8/*'")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="rounds per build (%(default)s)")
     parser.add_argument("--blocks", type=int, default=DEFAULT_BLOCKS,
                         help="fresh captures per build, the repeats split among them (%(default)s)")  # fmt: skip

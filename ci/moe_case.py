@@ -1,8 +1,8 @@
 """Inputs for vLLM's fused_marlin_moe as one EP rank sees them (shared by the GPU suite and the bench).
 
-* :class:`Shape` and :class:`QuantScheme`: model shapes and Marlin weight formats.
-* :func:`quantized_experts`: real quantized weights through vLLM's own test helpers
-  (``marlin_utils_test``), with their dequantized float reference.
+* :func:`quantized_experts`: real quantized weights of a :class:`ci.formats.Format` through vLLM's own
+  helpers (``marlin_utils_test``, ``marlin_utils_fp8``, ``marlin_utils_fp4``), with their dequantized float
+  reference; :func:`format_kwargs`: the activation arguments the format adds to a call.
 * :func:`random_packed_experts`: random bits in Marlin's packed layout (for timing only:
   the kernels' speed does not depend on the values).
 * :func:`route` and :func:`rank_view`: top-k routing over the global experts, the DP-padded
@@ -22,39 +22,8 @@ from types import ModuleType, SimpleNamespace
 
 import torch
 
+from ci.formats import GPT_OSS_ALPHA, GPT_OSS_BETA, GPT_OSS_CLAMP, GPTQ_INT4_G128, Format, QuantScheme
 from ci.shapes import Shape
-
-MARLIN_MULTIPLE = 128  # Marlin needs K and N to be multiples of min_thread_k = 128
-
-
-@dataclass(frozen=True)
-class QuantScheme:
-    name: str
-    quant_type: str  # a vllm.scalar_type.scalar_types attribute
-    group_size: int
-    act_order: bool = False
-
-    @property
-    def has_zero_points(self) -> bool:
-        return self.quant_type == "uint4"
-
-    @property
-    def bits(self) -> int:
-        return 8 if self.quant_type in ("uint8b128", "float8_e4m3fn") else 4
-
-
-GPTQ_INT4_G128 = QuantScheme("gptq-int4-g128", "uint4b8", 128)
-QUANT_SCHEMES = (
-    GPTQ_INT4_G128,
-    QuantScheme("gptq-int4-g32", "uint4b8", 32),
-    QuantScheme("gptq-int4-channel", "uint4b8", -1),
-    QuantScheme("gptq-int4-g128-actorder", "uint4b8", 128, act_order=True),
-    QuantScheme("gptq-int4-g32-actorder", "uint4b8", 32, act_order=True),
-    QuantScheme("awq-int4-g128", "uint4", 128),
-    QuantScheme("gptq-int8-g128", "uint8b128", 128),
-    QuantScheme("fp8-g128", "float8_e4m3fn", 128),
-    QuantScheme("fp8-channel", "float8_e4m3fn", -1),
-)
 
 
 @dataclass
@@ -73,20 +42,38 @@ class Experts:
     g_idx2: torch.Tensor | None = None
     sort1: torch.Tensor | None = None
     sort2: torch.Tensor | None = None
+    global_scale1: torch.Tensor | None = None  # NVFP4: one float32 per expert
+    global_scale2: torch.Tensor | None = None
+    bias1: torch.Tensor | None = None  # (E, 2N), Marlin-permuted (gpt-oss)
+    bias2: torch.Tensor | None = None  # (E, K)
     w1_ref: torch.Tensor | None = None
     w2_ref: torch.Tensor | None = None
+    bias1_ref: torch.Tensor | None = None  # the biases in their natural order, for the reference
+    bias2_ref: torch.Tensor | None = None
+    # W4A8-int8 with grouped scales: the scales are int16 codes and these float32 factors (one per GEMM,
+    # shared by every expert) carry their magnitude (vLLM's marlin_act_int8_process_scales)
+    input_global_scale1: torch.Tensor | None = None
+    input_global_scale2: torch.Tensor | None = None
+
+    PER_EXPERT = ("w1", "w2", "s1", "s2", "zeros1", "zeros2", "g_idx1", "g_idx2", "sort1", "sort2", "global_scale1",
+                  "global_scale2", "bias1", "bias2", "w1_ref", "w2_ref", "bias1_ref", "bias2_ref")  # fmt: skip
 
     def select(self, local_ids: torch.Tensor) -> Experts:
         """The experts a rank holds, in its local order."""
 
         def pick(t):
-            return None if t is None or t.numel() == 0 else t[local_ids].contiguous()
+            if t is None or t.numel() == 0:
+                return None
+            if t.dtype.is_floating_point and t.element_size() == 1:  # FP8/E8M0 scales: index their bytes
+                return t.view(torch.uint8)[local_ids].contiguous().view(t.dtype)
+            return t[local_ids].contiguous()
 
         return Experts(
             scheme=self.scheme,
             quant_type_id=self.quant_type_id,
-            **{k: pick(getattr(self, k)) for k in ("w1", "w2", "s1", "s2", "zeros1", "zeros2", "g_idx1", "g_idx2")},
-            **{k: pick(getattr(self, k)) for k in ("sort1", "sort2", "w1_ref", "w2_ref")},
+            input_global_scale1=self.input_global_scale1,
+            input_global_scale2=self.input_global_scale2,
+            **{k: pick(getattr(self, k)) for k in self.PER_EXPERT},
         )
 
     def kwargs(self) -> dict:
@@ -94,8 +81,8 @@ class Experts:
         return dict(
             w1=self.w1,
             w2=self.w2,
-            bias1=None,
-            bias2=None,
+            bias1=self.bias1,
+            bias2=self.bias2,
             w1_scale=self.s1,
             w2_scale=self.s2,
             quant_type_id=self.quant_type_id,
@@ -105,6 +92,10 @@ class Experts:
             g_idx2=self.g_idx2,
             sort_indices1=self.sort1,
             sort_indices2=self.sort2,
+            global_scale1=self.global_scale1,
+            global_scale2=self.global_scale2,
+            input_global_scale1=self.input_global_scale1,
+            input_global_scale2=self.input_global_scale2,
             is_k_full=True,
         )
 
@@ -115,61 +106,115 @@ def _scalar_type(name: str):
     return getattr(scalar_types, name)
 
 
-def _quantize_one(w: torch.Tensor, scheme: QuantScheme) -> tuple:
-    """w: (out, in) in the activation dtype -> (ref (out, in), qweight, scales, zeros, g_idx, sort)."""
+INPUT_DTYPES = {None: None, "int8": torch.int8, "fp8": torch.float8_e4m3fn}
+
+
+def input_dtype_of(fmt: Format) -> torch.dtype | None:
+    return INPUT_DTYPES[fmt.input_dtype]
+
+
+def format_kwargs(fmt: Format) -> dict:
+    """The activation arguments ``fmt`` adds to a fused_marlin_moe call (vLLM 0.25/0.26 names): the
+    activation quantization, and gpt-oss's clamped SwiGLU-OAI on the packed gate/up layout."""
+    extra: dict = {"input_dtype": input_dtype_of(fmt)}
+    if fmt.clamp:
+        from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+
+        extra.update(activation=MoEActivation.SWIGLUOAI_UNINTERLEAVE, clamp_limit=GPT_OSS_CLAMP,
+                     gemm1_alpha=GPT_OSS_ALPHA, gemm1_beta=GPT_OSS_BETA)  # fmt: skip
+    return extra
+
+
+def _quantize_one(w: torch.Tensor, scheme: QuantScheme, input_dtype: torch.dtype | None) -> tuple:
+    """w: (out, in) in the activation dtype -> (ref (out, in), qweight, scales, zeros, g_idx, sort, global)."""
     from vllm.model_executor.layers.quantization.utils import marlin_utils_test as mt
 
     qt = _scalar_type(scheme.quant_type)
+    if scheme.fp4:
+        from vllm.model_executor.layers.quantization.utils import marlin_utils_fp4 as fp4
+
+        if scheme.has_global_scale:
+            ref, q, s, gs = fp4.rand_marlin_weight_nvfp4_like(w, scheme.group_size, input_dtype=input_dtype)
+        else:
+            (ref, q, s), gs = fp4.rand_marlin_weight_mxfp4_like(w, scheme.group_size, input_dtype=input_dtype), None
+        return ref.T, q, s, None, None, None, gs
     if scheme.quant_type == "float8_e4m3fn":
         from vllm.model_executor.layers.quantization.utils.marlin_utils_fp8 import marlin_quant_fp8_torch
 
-        ref, q, s = marlin_quant_fp8_torch(w, scheme.group_size)
-        return ref.T, q, s, None, None, None
+        ref, q, s = marlin_quant_fp8_torch(w, scheme.group_size, input_dtype=input_dtype)
+        return ref.T, q, s, None, None, None, None
     if scheme.has_zero_points:
-        ref, q, s, z = mt.awq_marlin_quantize(w.T, qt, scheme.group_size)
-        return ref.T, q, s, z, None, None
+        ref, q, s, z = mt.awq_marlin_quantize(w.T, qt, scheme.group_size, input_dtype=input_dtype)
+        return ref.T, q, s, z, None, None, None
     perm = torch.randperm(w.shape[1])
-    ref, q, s, g_idx, sort, _ = mt.marlin_quantize(w.T, qt, scheme.group_size, scheme.act_order, perm)
-    return ref.T, q, s, None, g_idx, sort
+    ref, q, s, g_idx, sort, _ = mt.marlin_quantize(w.T, qt, scheme.group_size, scheme.act_order, perm,
+                                                   input_dtype=input_dtype)  # fmt: skip
+    return ref.T, q, s, None, g_idx, sort, None
 
 
 def _stack(items: list) -> torch.Tensor | None:
     if items[0] is None or items[0].numel() == 0:
         return None
+    if items[0].dtype.is_floating_point and items[0].element_size() == 1:  # FP8/E8M0 scales: stack their bytes
+        return torch.stack([t.view(torch.uint8) for t in items]).contiguous().view(items[0].dtype)
     return torch.stack(items).contiguous()
 
 
-def quantized_experts(shape: Shape, scheme: QuantScheme, dtype: torch.dtype, *, seed: int) -> Experts:
-    """Random weights (~N(0, 0.1)), quantized by vLLM's own Marlin test helpers, on the GPU."""
+def quantized_experts(shape: Shape, fmt: Format | QuantScheme, dtype: torch.dtype, *, seed: int,
+                      keep_ref: bool = True) -> Experts:  # fmt: skip
+    """Random weights (~N(0, 0.1)), quantized by vLLM's own Marlin helpers, on the GPU (FP4: vLLM's random
+    FP4 codes, scaled like the weights). A bare scheme is the 16-bit-input format of that scheme.
+    ``keep_ref=False``: no dequantized copy (the bench only times)."""
+    from vllm.model_executor.layers.quantization.utils.marlin_utils import (
+        marlin_act_int8_process_scales,
+        marlin_permute_bias,
+    )
+
+    fmt = fmt if isinstance(fmt, Format) else Format(fmt.name, fmt.name)
+    scheme, input_dtype = fmt.quant, input_dtype_of(fmt)
     gen = torch.Generator(device="cuda").manual_seed(seed)
+    torch.manual_seed(seed)  # the FP4 helpers and the act-order permutation draw from the global generators
     k, n, g = shape.hidden, shape.intermediate, shape.experts
     cols: dict[str, list] = {}
     for name, out_dim, in_dim in (("1", 2 * n, k), ("2", k, n)):
         for _ in range(g):
             w = (torch.randn(out_dim, in_dim, device="cuda", generator=gen) / 10).to(dtype)
-            parts = _quantize_one(w, scheme)
-            for key, part in zip(("ref", "q", "s", "z", "g", "sort"), parts, strict=True):
-                cols.setdefault(key + name, []).append(part)
-    return Experts(
+            parts = _quantize_one(w, scheme, input_dtype)
+            for key, part in zip(("ref", "q", "s", "z", "g", "sort", "gs"), parts, strict=True):
+                cols.setdefault(key + name, []).append(part if keep_ref or key != "ref" else None)
+            if fmt.bias:
+                b = torch.randn(out_dim, device="cuda", generator=gen).to(dtype)  # O(1), like gpt-oss's
+                cols.setdefault("b" + name, []).append(b)
+    experts = Experts(
         scheme=scheme,
         quant_type_id=_scalar_type(scheme.quant_type).id,
-        w1=_stack(cols["q1"]),
-        w2=_stack(cols["q2"]),
-        s1=_stack(cols["s1"]),
-        s2=_stack(cols["s2"]),
-        zeros1=_stack(cols["z1"]),
-        zeros2=_stack(cols["z2"]),
-        g_idx1=_stack(cols["g1"]),
-        g_idx2=_stack(cols["g2"]),
-        sort1=_stack(cols["sort1"]),
-        sort2=_stack(cols["sort2"]),
-        w1_ref=_stack(cols["ref1"]),
-        w2_ref=_stack(cols["ref2"]),
-    )
+        **{f"{attr}{i}": _stack(cols[f"{key}{i}"]) for i in "12" for attr, key in
+           (("w", "q"), ("s", "s"), ("zeros", "z"), ("g_idx", "g"), ("sort", "sort"), ("global_scale", "gs"))},
+        **{f"w{i}_ref": _stack(cols[f"ref{i}"]) if keep_ref else None for i in "12"},
+    )  # fmt: skip
+    if fmt.bias:
+        for i in "12":
+            ref = _stack(cols[f"b{i}"])
+            setattr(experts, f"bias{i}_ref", ref)
+            setattr(experts, f"bias{i}", torch.stack([marlin_permute_bias(b) for b in ref]).contiguous())
+    if fmt.input_dtype == "int8" and scheme.group_size != -1:
+        for i in "12":
+            codes, factor = marlin_act_int8_process_scales(getattr(experts, f"s{i}"))
+            setattr(experts, f"s{i}", codes)
+            setattr(experts, f"input_global_scale{i}", factor)
+    return experts
 
 
-def random_packed_experts(shape: Shape, dtype: torch.dtype, *, local_experts: int, seed: int) -> Experts:
-    """GPTQ-int4 group-128 weights of random bits in Marlin's packed layout (for timing only)."""
+def random_packed_experts(shape: Shape, dtype: torch.dtype, *, local_experts: int, seed: int,
+                          fmt: Format | None = None) -> Experts:  # fmt: skip
+    """Weights for timing only (the kernels' speed does not depend on the values): GPTQ-int4 group-128
+    random bits in Marlin's packed layout, with int16 scale codes for int8 inputs (W4A8-int8); FP4
+    formats through vLLM's own random-FP4 helpers (their scales must be valid FP8/E8M0 numbers)."""
+    if fmt is not None and fmt.quant.fp4:
+        small = Shape(shape.name, shape.hidden, shape.intermediate, local_experts, shape.topk)
+        return quantized_experts(small, fmt, dtype, seed=seed, keep_ref=False)
+    if fmt is not None and fmt.scheme != GPTQ_INT4_G128.name:
+        raise ValueError(f"format {fmt.name}: timing weights are made for GPTQ int4 g128 and FP4 only")
     gen = torch.Generator(device="cuda").manual_seed(seed)
     k, n, e, group = shape.hidden, shape.intermediate, local_experts, GPTQ_INT4_G128.group_size
 
@@ -177,8 +222,13 @@ def random_packed_experts(shape: Shape, dtype: torch.dtype, *, local_experts: in
         return torch.randint(-(2**31), 2**31 - 1, size, device="cuda", dtype=torch.int32, generator=gen)
 
     def scales(*size):
+        if fmt is not None and fmt.input_dtype == "int8":  # int16 codes (as marlin_act_int8_process_scales)
+            return torch.randint(1024, 4097, size, device="cuda", dtype=torch.int16, generator=gen).view(dtype)
         return (torch.rand(*size, device="cuda", generator=gen) * 0.02 + 0.005).to(dtype)
 
+    int8_factor = None
+    if fmt is not None and fmt.input_dtype == "int8":
+        int8_factor = torch.tensor(0.02 / 4096, device="cuda", dtype=torch.float32)
     return Experts(
         scheme=GPTQ_INT4_G128,
         quant_type_id=_scalar_type(GPTQ_INT4_G128.quant_type).id,
@@ -186,6 +236,8 @@ def random_packed_experts(shape: Shape, dtype: torch.dtype, *, local_experts: in
         w2=bits(e, n // 16, k * 2),
         s1=scales(e, k // group, 2 * n),
         s2=scales(e, n // group, k),
+        input_global_scale1=int8_factor,
+        input_global_scale2=int8_factor,
     )
 
 
@@ -197,10 +249,12 @@ class Routing:
     valid: torch.Tensor  # bool (rows,): False for DP padding rows
 
 
-def route(rows: int, shape: Shape, dtype: torch.dtype, *, seed: int, valid_rows: int | None = None) -> Routing:
-    """Softmax top-k routing over the global experts; rows past ``valid_rows`` are zero padding."""
+def route(rows: int, shape: Shape, dtype: torch.dtype, *, seed: int, valid_rows: int | None = None,
+          scale: float = 0.1) -> Routing:  # fmt: skip
+    """Softmax top-k routing over the global experts, hidden states ~N(0, scale^2); rows past ``valid_rows``
+    are zero padding."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    hidden = (torch.randn(rows, shape.hidden, device="cuda", generator=gen) / 10).to(dtype)
+    hidden = (torch.randn(rows, shape.hidden, device="cuda", generator=gen) * scale).to(dtype)
     scores = torch.randn(rows, shape.experts, device="cuda", generator=gen).softmax(dim=-1)
     weights, ids = scores.topk(shape.topk, dim=-1)
     valid = torch.ones(rows, dtype=torch.bool, device="cuda")
@@ -210,10 +264,11 @@ def route(rows: int, shape: Shape, dtype: torch.dtype, *, seed: int, valid_rows:
     return Routing(hidden=hidden.contiguous(), topk_weights=weights.float(), topk_ids=ids.to(torch.int32), valid=valid)
 
 
-def dp_padded_routing(tokens: list[int], shape: Shape, dtype: torch.dtype, *, seed: int) -> Routing:
+def dp_padded_routing(tokens: list[int], shape: Shape, dtype: torch.dtype, *, seed: int,
+                      scale: float = 0.1) -> Routing:  # fmt: skip
     """The rows every rank sees under DP: each rank's tokens padded to the largest count, concatenated."""
     pad_to = max(tokens)
-    parts = [route(pad_to, shape, dtype, seed=seed + r, valid_rows=t) for r, t in enumerate(tokens)]
+    parts = [route(pad_to, shape, dtype, seed=seed + r, valid_rows=t, scale=scale) for r, t in enumerate(tokens)]
     return Routing(
         hidden=torch.cat([p.hidden for p in parts]).contiguous(),
         topk_weights=torch.cat([p.topk_weights for p in parts]),
@@ -307,24 +362,28 @@ def combine_batched(out: torch.Tensor, batched: Batched, topk_weights: torch.Ten
 
 
 def batched_experts(module: ModuleType, experts: Experts, *, num_dispatchers: int, max_num_tokens: int,
-                    input_dtype: torch.dtype | None = None):  # fmt: skip
-    """A ``BatchedMarlinExperts`` of ``module`` holding ``experts``, made without its ``__init__`` (building a real
-    one needs a whole model config): the values ``apply`` reads shadow the class's properties of the same name
-    (quant_type_id, w1_scale, ...), its methods are vLLM's own, and an attribute a release adds (e.g.
-    ``activation_config`` in 0.33.0) reads as None, its default."""
+                    fmt: Format | None = None):  # fmt: skip
+    """A ``BatchedMarlinExperts`` of ``module`` holding ``experts`` (in format ``fmt``: its input dtype and
+    gpt-oss clamp), made without its ``__init__`` (building a real one needs a whole model config): the
+    values ``apply`` reads shadow the class's properties of the same name (quant_type_id, w1_scale, ...),
+    its methods are vLLM's own, and an attribute a release adds (e.g. ``activation_config`` in 0.33.0)
+    reads as None, its default."""
 
     def missing(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
         return None
 
+    clamp = fmt is not None and fmt.clamp
     values = dict(
-        w1_bias=None, w2_bias=None, w1_scale=experts.s1, w2_scale=experts.s2,
-        quant_type_id=experts.quant_type_id, a1_gscale=None, a2_gscale=None,
+        w1_bias=experts.bias1, w2_bias=experts.bias2, w1_scale=experts.s1, w2_scale=experts.s2,
+        quant_type_id=experts.quant_type_id, a1_gscale=experts.input_global_scale1,
+        a2_gscale=experts.input_global_scale2, g1_alphas=experts.global_scale1, g2_alphas=experts.global_scale2,
         w13_g_idx=experts.g_idx1, w2_g_idx=experts.g_idx2,
         w13_g_idx_sort_indices=experts.sort1, w2_g_idx_sort_indices=experts.sort2,
-        w1_zp=experts.zeros1, w2_zp=experts.zeros2, input_dtype=input_dtype, is_k_full=True,
-        gemm1_clamp_limit=None, gemm1_alpha=1.0, gemm1_beta=0.0,
+        w1_zp=experts.zeros1, w2_zp=experts.zeros2, input_dtype=None if fmt is None else input_dtype_of(fmt),
+        is_k_full=True, gemm1_clamp_limit=GPT_OSS_CLAMP if clamp else None,
+        gemm1_alpha=GPT_OSS_ALPHA if clamp else 1.0, gemm1_beta=GPT_OSS_BETA if clamp else 0.0,
         num_dispatchers=num_dispatchers, max_num_tokens=max_num_tokens,
     )  # fmt: skip
     cls = type("BatchedMarlinExpertsStandIn", (module.BatchedMarlinExperts,), {**values, "__getattr__": missing})
@@ -333,13 +392,15 @@ def batched_experts(module: ModuleType, experts: Experts, *, num_dispatchers: in
 
 def call_batched(module: ModuleType, caller, w1: torch.Tensor, w2: torch.Tensor,
                  batched: Batched, *, global_num_experts: int, topk_weights: torch.Tensor | None = None,
-                 expert_map: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
-    """vLLM's ``BatchedMarlinExperts.apply`` of ``module`` (the DeepEP low-latency caller): (E, capacity, K)."""
+                 expert_map: torch.Tensor | None = None, fmt: Format | None = None) -> torch.Tensor:  # fmt: skip
+    """vLLM's ``BatchedMarlinExperts.apply`` of ``module`` (the DeepEP low-latency caller): (E, capacity, K);
+    the activation is ``fmt``'s (gpt-oss: the clamped SwiGLU-OAI), else SiLU."""
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
 
+    activation = format_kwargs(fmt).get("activation", MoEActivation.SILU) if fmt else MoEActivation.SILU
     return module.BatchedMarlinExperts.apply(
         caller, output=None, hidden_states=batched.hidden, w1=w1, w2=w2,
-        topk_weights=topk_weights, topk_ids=batched.topk_ids, activation=MoEActivation.SILU,
+        topk_weights=topk_weights, topk_ids=batched.topk_ids, activation=activation,
         global_num_experts=global_num_experts, expert_map=expert_map, a1q_scale=None, a2_scale=None,
         workspace13=None, workspace2=None, expert_tokens_meta=SimpleNamespace(expert_num_tokens=batched.counts),
         apply_router_weight_on_input=False,

@@ -10,6 +10,7 @@ import torch
 
 from ci import moe_case as mc
 from ci import spec
+from ci.formats import FORMAT_COMBOS, FORMATS_BY_NAME
 from tests.ep_marlin import cpu_harness as h
 
 CAPACITIES = (1, 2, 7, 8, 9, 14, 15, 16, 17, 28, 29, 32, 43, 44, 48, 57, 58, 64, 65, 128, 256, 1024)
@@ -46,37 +47,35 @@ class BatchedSpies:
         self.module.batched_moe_align_block_size, self.module._fused_marlin_moe = self._saved
 
 
-def weights(e: int, quant_type_id: int) -> mc.Experts:
-    return mc.Experts(
-        scheme=mc.GPTQ_INT4_G128, quant_type_id=quant_type_id,
-        w1=torch.zeros(e, h.HIDDEN // 16, 2, dtype=torch.int32),
-        w2=torch.zeros(e, 1, h.HIDDEN * 2, dtype=torch.int32),  # 4-bit: size(2) // 2 == K
-        s1=torch.ones(e, 1, 1, dtype=torch.bfloat16), s2=torch.ones(e, 1, 1, dtype=torch.bfloat16),
-    )  # fmt: skip
+def experts_of(args: dict) -> mc.Experts:
+    """The weight arguments of ``cpu_harness.format_arguments`` as the ``Experts`` a batched caller holds."""
+    names = dict(w1="w1", w2="w2", s1="w1_scale", s2="w2_scale", zeros1="w1_zeros", zeros2="w2_zeros",
+                 g_idx1="g_idx1", g_idx2="g_idx2", sort1="sort_indices1", sort2="sort_indices2",
+                 global_scale1="global_scale1", global_scale2="global_scale2", bias1="bias1", bias2="bias2",
+                 input_global_scale1="input_global_scale1", input_global_scale2="input_global_scale2")  # fmt: skip
+    return mc.Experts(scheme=None, quant_type_id=args["quant_type_id"], **{k: args.get(v) for k, v in names.items()})
 
 
-def observe(module, call: dict, quant_type_id: int) -> dict:
+def observe(module, call: dict) -> dict:
     """One call, ``call["via"]`` "direct" or "apply"; what the spies saw."""
     e, cap = call["experts"], call["capacity"]
+    fmt, dtype = FORMATS_BY_NAME[call["format"]], h.ACTIVATIONS[call["activation"]]
     gen = torch.Generator().manual_seed(e * 1009 + cap)
-    hidden = torch.randn(e, cap, h.HIDDEN, generator=gen).to(torch.bfloat16)
+    hidden = torch.randn(e, cap, h.HIDDEN, generator=gen).to(dtype)
     per_expert = {"full": cap, "sparse": min(cap, 2), "empty": 0}[call["load"]]
     counts = torch.full((e,), per_expert, dtype=torch.int32)
     counts_before = counts.clone()
-    w = weights(e, quant_type_id)
+    args = h.format_arguments(fmt, e, dtype, gen)
     with BatchedSpies(module) as spies:
         if call["via"] == "direct":
-            out = module.batched_fused_marlin_moe(
-                hidden_states=hidden, expert_num_tokens=counts, w1=w.w1, w2=w.w2, bias1=None, bias2=None,
-                w1_scale=w.s1, w2_scale=w.s2, quant_type_id=quant_type_id, input_dtype=call["dtype"],
-            )  # fmt: skip
+            out = module.batched_fused_marlin_moe(hidden_states=hidden, expert_num_tokens=counts, **args)
         else:
             g = e * call["dispatchers"]
             topk_ids = torch.randint(0, g, (call["tokens"], call["topk"]), generator=gen, dtype=torch.int32)
-            caller = mc.batched_experts(module, w, num_dispatchers=call["dispatchers"], max_num_tokens=cap,
-                                        input_dtype=call["dtype"])  # fmt: skip
+            w = experts_of(args)
+            caller = mc.batched_experts(module, w, num_dispatchers=call["dispatchers"], max_num_tokens=cap, fmt=fmt)
             batched = mc.Batched(hidden=hidden, counts=counts, rows=None, slots=None, topk_ids=topk_ids)
-            out = mc.call_batched(module, caller, w.w1, w.w2, batched, global_num_experts=g)
+            out = mc.call_batched(module, caller, w.w1, w.w2, batched, global_num_experts=g, fmt=fmt)
     assert len(spies.align) == 1 and len(spies.kernel) == 1, "one align and one kernel call"
     align, kernel = spies.align[0], spies.kernel[0]
     return {
@@ -94,16 +93,30 @@ def where(call: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in call.items())
 
 
-DIRECT = [dict(via="direct", experts=e, capacity=c, load=load, dtype=dt)
-          for e, c, load, dt in itertools.product(LOCAL_EXPERTS, CAPACITIES, LOADS, h.INPUT_DTYPES)]  # fmt: skip
-APPLY = [dict(via="apply", experts=e, capacity=c, load="sparse", dtype=dt, tokens=t, topk=k, dispatchers=d)
-         for e, c, dt, t, k, d in itertools.product(LOCAL_EXPERTS, APPLY_CAPACITIES, h.INPUT_DTYPES, APPLY_TOKENS,
-                                                    APPLY_TOPK, DISPATCHERS)]  # fmt: skip
+def _rotated(rows: list[tuple]) -> list[tuple]:
+    """Each row tried with h.FORMATS_PER_M (format, dtype) pairs, taken in turn from ci.formats."""
+    n = len(FORMAT_COMBOS)
+    return [(*row, *FORMAT_COMBOS[(h.FORMATS_PER_M * i + j) % n]) for i, row in enumerate(rows)
+            for j in range(h.FORMATS_PER_M)]  # fmt: skip
+
+
+DIRECT = [dict(via="direct", experts=e, capacity=c, load=load, format=f.name, activation=act)
+          for e, c, load, f, act in _rotated(list(itertools.product(LOCAL_EXPERTS, CAPACITIES, LOADS)))]  # fmt: skip
+APPLY = [dict(via="apply", experts=e, capacity=c, load="sparse", format=f.name, activation=act, tokens=t, topk=k,
+              dispatchers=d)
+         for e, c, t, k, d, f, act in _rotated(list(itertools.product(LOCAL_EXPERTS, APPLY_CAPACITIES, APPLY_TOKENS,
+                                                                      APPLY_TOPK, DISPATCHERS)))]  # fmt: skip
 CALLS = DIRECT + APPLY
 
 
-def itemsize(dtype) -> int | None:
-    return None if dtype is None else dtype.itemsize
+def calls_for(combos) -> list[dict]:
+    """The calls whose (format, dtype) the release serves (``cpu_harness.combos_for``)."""
+    served = {(f.name, act) for f, act in combos}
+    return [c for c in CALLS if (c["format"], c["activation"]) in served]
+
+
+def itemsize(call: dict) -> int | None:
+    return FORMATS_BY_NAME[call["format"]].input_itemsize
 
 
 def invariant_violations(obs: dict, call: dict) -> list[str]:
@@ -111,7 +124,7 @@ def invariant_violations(obs: dict, call: dict) -> list[str]:
     if bm not in spec.BLOCK_SIZES_M or obs["align_block_size"] != bm:
         errors.append(f"{where(call)}: block size {obs['align_block_size']}/{bm} (aligner/kernel), not one tile "
                       f"of {spec.BLOCK_SIZES_M}")  # fmt: skip
-    if itemsize(call["dtype"]) == 1 and bm < spec.MIN_BLOCK_SIZE_M_1_BYTE_INPUT:
+    if itemsize(call) == 1 and bm < spec.MIN_BLOCK_SIZE_M_1_BYTE_INPUT:
         errors.append(f"{where(call)}: block size {bm} for a 1-byte input (at least 16)")
     if not obs["aligner_inputs_ok"] or not obs["output_ok"]:
         errors.append(f"{where(call)}: the aligner did not get the capacity and the caller's token counts, "
@@ -124,5 +137,5 @@ def contract_rule(contract, call: dict, env: dict) -> int:
     return contract.batched_block_size_m(
         capacity=call["capacity"], assignments=call["tokens"] * call["topk"] if apply else None,
         num_dispatchers=call.get("dispatchers", 1), global_experts=call["experts"] * call.get("dispatchers", 1),
-        local_experts=call["experts"], input_itemsize=itemsize(call["dtype"]), env=env,
+        local_experts=call["experts"], input_itemsize=itemsize(call), env=env,
     )  # fmt: skip

@@ -47,10 +47,11 @@ def setting_env(setting, contract, default_setting, monkeypatch) -> dict[str, st
 
 
 @pytest.fixture(scope="session")
-def quant_type_id():
-    from vllm.scalar_type import scalar_types
+def combos(variants):
+    """The (format, hidden dtype) pairs of ``ci.formats`` the release's fused_marlin_moe takes."""
+    from tests.ep_marlin.cpu_harness import combos_for
 
-    return scalar_types.uint4b8.id
+    return combos_for(variants[0].marlin_moe)
 
 
 @pytest.fixture(scope="session")

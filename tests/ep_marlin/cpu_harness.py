@@ -10,7 +10,7 @@ the specification in :mod:`ci.spec`.
 from __future__ import annotations
 
 import hashlib
-import itertools
+import inspect
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ci import spec
+from ci.formats import FORMAT_COMBOS, FORMATS, GPT_OSS_ALPHA, GPT_OSS_BETA, GPT_OSS_CLAMP, Format
 
 # The grid (module constants, as in vLLM's tests/kernels/moe/test_moe.py).
 M_VALUES = (1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 511, 513,
@@ -25,9 +26,10 @@ M_VALUES = (1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 
 LOCAL_EXPERTS = (1, 5, 8, 32, 128)
 EP_SIZES = (None, 1, 2, 4, 8, 16, 32)  # None: a non-EP caller (global_num_experts == -1)
 TOP_KS = (1, 2, 4, 6, 8)
-INPUT_DTYPES = (None, torch.int8, torch.float8_e4m3fn)  # 1-byte inputs raise block_size_m to 16
+FORMATS_PER_M = 3  # formats each M value is tried with, at each grid point
 HIDDEN = 16  # K: the smallest hidden size the Python checks accept; the spies ignore the weights
-QUANT_TYPE = "uint4b8"  # GPTQ int4; the bit width only enters an argument check here
+ACTIVATIONS = {"bf16": torch.bfloat16, "fp16": torch.float16}
+INPUT_DTYPES = {None: None, "int8": torch.int8, "fp8": torch.float8_e4m3fn}
 
 
 @dataclass(frozen=True)
@@ -36,19 +38,24 @@ class Case:
     topk: int
     local_experts: int
     ep: int | None
-    input_dtype: torch.dtype | None
+    fmt: Format = FORMATS[0]
+    activation: str = "bf16"  # the hidden states' dtype
 
     @property
     def global_experts(self) -> int:
         return spec.NON_EP if self.ep is None else self.local_experts * self.ep
 
     @property
+    def input_dtype(self) -> torch.dtype | None:
+        return INPUT_DTYPES[self.fmt.input_dtype]
+
+    @property
     def input_itemsize(self) -> int | None:
-        return None if self.input_dtype is None else self.input_dtype.itemsize
+        return self.fmt.input_itemsize
 
     def __str__(self) -> str:
-        dtype = "bf16" if self.input_dtype is None else str(self.input_dtype).removeprefix("torch.")
-        return f"M={self.m} topk={self.topk} E={self.local_experts} G={self.global_experts} input={dtype}"
+        return (f"M={self.m} topk={self.topk} E={self.local_experts} G={self.global_experts} "
+                f"format={self.fmt.name} {self.activation}")  # fmt: skip
 
 
 def has_enough_experts(local_experts: int, ep: int | None, topk: int) -> bool:
@@ -56,23 +63,96 @@ def has_enough_experts(local_experts: int, ep: int | None, topk: int) -> bool:
     return local_experts * (ep or 1) >= topk
 
 
-def cases_for(local_experts: int, ep: int | None, topk: int) -> list[Case]:
-    return [Case(m, topk, local_experts, ep, dt) for m, dt in itertools.product(M_VALUES, INPUT_DTYPES)]
+def combos_for(module) -> list[tuple[Format, str]]:
+    """The (format, hidden dtype) pairs ``module``'s fused_marlin_moe can be called with: a release whose
+    function lacks an argument a format needs (e.g. act-order's ``g_idx1`` in 0.33.0) does not serve it."""
+    takes = set(inspect.signature(module.fused_marlin_moe).parameters)
+    return [(f, act) for f, act in FORMAT_COMBOS if not (needed_arguments(f) - takes)]
+
+
+def needed_arguments(fmt: Format) -> set[str]:
+    need = {"input_dtype"}
+    if fmt.quant.act_order:
+        need |= {"g_idx1", "g_idx2", "sort_indices1", "sort_indices2"}
+    if fmt.quant.has_zero_points:
+        need |= {"w1_zeros", "w2_zeros"}
+    if fmt.quant.has_global_scale or fmt.input_dtype == "int8":
+        need |= {"global_scale1", "input_global_scale1"}
+    if fmt.bias:
+        need |= {"bias1", "bias2"}
+    if fmt.clamp:
+        need |= {"activation", "clamp_limit", "gemm1_alpha", "gemm1_beta"}
+    return need
+
+
+def cases_for(local_experts: int, ep: int | None, topk: int, combos=FORMAT_COMBOS) -> list[Case]:
+    """Every M value, each with FORMATS_PER_M (format, dtype) pairs taken in turn from ``combos``, starting
+    at an offset of the grid point: at every point every pair is tried, at different M values."""
+    start = local_experts * 7 + (ep or 0) * 3 + topk
+    cases = []
+    for i, m in enumerate(M_VALUES):
+        for j in range(FORMATS_PER_M):
+            fmt, act = combos[(start + FORMATS_PER_M * i + j) % len(combos)]
+            cases.append(Case(m, topk, local_experts, ep, fmt, act))
+    return cases
 
 
 @dataclass
 class Inputs:
     hidden_states: torch.Tensor
-    w1: torch.Tensor
-    w2: torch.Tensor
-    scales: torch.Tensor
+    weights: dict[str, Any]  # the weight and format arguments of fused_marlin_moe
     topk_weights: torch.Tensor
     topk_ids: torch.Tensor
     expert_map: torch.Tensor | None
 
 
+def format_arguments(fmt: Format, e: int, dtype: torch.dtype, gen: torch.Generator) -> dict[str, Any]:
+    """The weight arguments of a call in ``fmt``, shaped as fused_marlin_moe checks them (K = HIDDEN): packed
+    weights of the format's bit width, its scales, zero points, act-order indices, NVFP4 global scales,
+    int8-input scale factors, gpt-oss biases and clamp. Contents are random: the spies only record them."""
+    q = fmt.quant
+    scale_dtype = {"float4_e2m1f": torch.float8_e4m3fn}.get(q.quant_type, dtype)
+    if q.fp4 and not q.has_global_scale:
+        scale_dtype = torch.float8_e8m0fnu
+    args: dict[str, Any] = dict(
+        w1=torch.randint(0, 2**31 - 1, (e, HIDDEN // 16, 2), generator=gen, dtype=torch.int32),
+        w2=torch.randint(0, 2**31 - 1, (e, 1, HIDDEN * q.bits // 2), generator=gen, dtype=torch.int32),
+        w1_scale=torch.rand(e, 1, 2, generator=gen).to(dtype).to(scale_dtype),
+        w2_scale=torch.rand(e, 1, HIDDEN, generator=gen).to(dtype).to(scale_dtype),
+        bias1=None, bias2=None, quant_type_id=scalar_type_id(q.quant_type), input_dtype=INPUT_DTYPES[fmt.input_dtype],
+    )  # fmt: skip
+    if q.has_zero_points:
+        args.update(w1_zeros=torch.randint(0, 15, (e, 1, 2), generator=gen, dtype=torch.int32),
+                    w2_zeros=torch.randint(0, 15, (e, 1, 2), generator=gen, dtype=torch.int32))  # fmt: skip
+    if q.act_order:
+        args.update(g_idx1=torch.randperm(HIDDEN, generator=gen).int().repeat(e, 1),
+                    g_idx2=torch.randperm(1, generator=gen).int().repeat(e, 1),
+                    sort_indices1=torch.randperm(HIDDEN, generator=gen).int().repeat(e, 1),
+                    sort_indices2=torch.zeros(e, 1, dtype=torch.int32))  # fmt: skip
+    if q.has_global_scale:
+        args.update(global_scale1=torch.rand(e, generator=gen), global_scale2=torch.rand(e, generator=gen))
+    if fmt.input_dtype == "int8":
+        args.update(input_global_scale1=torch.rand(1, generator=gen),
+                    input_global_scale2=torch.rand(1, generator=gen))  # fmt: skip
+    if fmt.bias:
+        args.update(bias1=torch.randn(e, 2, generator=gen).to(dtype),
+                    bias2=torch.randn(e, HIDDEN, generator=gen).to(dtype))  # fmt: skip
+    if fmt.clamp:
+        from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+
+        args.update(activation=MoEActivation.SWIGLUOAI_UNINTERLEAVE, clamp_limit=GPT_OSS_CLAMP,
+                    gemm1_alpha=GPT_OSS_ALPHA, gemm1_beta=GPT_OSS_BETA)  # fmt: skip
+    return args
+
+
+def scalar_type_id(name: str) -> int:
+    from vllm.scalar_type import scalar_types
+
+    return getattr(scalar_types, name).id
+
+
 def make_inputs(case: Case, expert_map_fn) -> Inputs:
-    """Deterministic inputs of the shapes fused_marlin_moe checks (int4 weights, bf16 activations)."""
+    """Deterministic inputs of the shapes fused_marlin_moe checks, in the case's format."""
     gen = torch.Generator().manual_seed(case.m * 1009 + case.topk * 31 + case.local_experts)
     g = case.local_experts if case.ep is None else case.global_experts
     first = torch.randint(0, g, (case.m, 1), generator=gen)
@@ -80,12 +160,10 @@ def make_inputs(case: Case, expert_map_fn) -> Inputs:
     expert_map = None
     if case.ep is not None and case.ep > 1:
         _, expert_map, _ = expert_map_fn(case.ep, 0, g)
-    e = case.local_experts
+    dtype = ACTIVATIONS[case.activation]
     return Inputs(
-        hidden_states=torch.randn(case.m, HIDDEN, generator=gen).to(torch.bfloat16),
-        w1=torch.zeros(e, HIDDEN // 16, 2, dtype=torch.int32),
-        w2=torch.zeros(e, 1, HIDDEN * 2, dtype=torch.int32),  # 4-bit: size(2) // 2 == K
-        scales=torch.ones(e, 1, 1, dtype=torch.bfloat16),
+        hidden_states=torch.randn(case.m, HIDDEN, generator=gen).to(dtype),
+        weights=format_arguments(case.fmt, case.local_experts, dtype, gen),
         topk_weights=torch.rand(case.m, case.topk, generator=gen),
         topk_ids=ids,
         expert_map=expert_map,
@@ -155,24 +233,17 @@ class KernelSpies:
         m.moe_align_block_size, m._fused_marlin_moe, m.ops.moe_sum = self._saved
 
 
-def observe(module: ModuleType, case: Case, inputs: Inputs, quant_type_id: int) -> Observation:
+def observe(module: ModuleType, case: Case, inputs: Inputs) -> Observation:
     """Call the real fused_marlin_moe of ``module`` on ``inputs`` and report what the kernels received."""
     map_before = None if inputs.expert_map is None else inputs.expert_map.clone()
     with KernelSpies(module) as spies:
         output = module.fused_marlin_moe(
             hidden_states=inputs.hidden_states,
-            w1=inputs.w1,
-            w2=inputs.w2,
-            bias1=None,
-            bias2=None,
-            w1_scale=inputs.scales,
-            w2_scale=inputs.scales,
             topk_weights=inputs.topk_weights,
             topk_ids=inputs.topk_ids,
-            quant_type_id=quant_type_id,
             global_num_experts=case.global_experts,
             expert_map=inputs.expert_map,
-            input_dtype=case.input_dtype,
+            **inputs.weights,
         )
     assert len(spies.align) == 1 and len(spies.kernel) == 1, "expected one align and one kernel call"
     (a_args, a_kwargs), kwargs = spies.align[0], spies.kernel[0]

@@ -21,42 +21,43 @@ from tests.ep_marlin import batched_harness as bh
 from tests.shared import COUNT_PROPERTY
 
 
-def test_base_follows_the_release_rule(variants, quant_type_id, record_property):
+def test_base_follows_the_release_rule(variants, combos, record_property):
     """Both callers: the base's tile comes from the capacity (ci.spec.batched_block_size_m)."""
     errors = []
-    for call in bh.CALLS:
-        obs = bh.observe(variants[0].marlin_moe, call, quant_type_id)
-        want = spec.batched_block_size_m(call["capacity"], bh.itemsize(call["dtype"]))
+    for call in bh.calls_for(combos):
+        obs = bh.observe(variants[0].marlin_moe, call)
+        want = spec.batched_block_size_m(call["capacity"], bh.itemsize(call))
         if obs["kernel_block_size"] != want:
             errors.append(f"{bh.where(call)}: block size {obs['kernel_block_size']}, the release's rule says {want}")
         errors += bh.invariant_violations(obs, call)
-    record_property(COUNT_PROPERTY, {"batched base": len(bh.CALLS)})
-    assert not errors, f"{len(errors)} of {len(bh.CALLS)} batched cases differ:\n" + "\n".join(errors[:20])
+    record_property(COUNT_PROPERTY, {"batched base": len(bh.calls_for(combos))})
+    assert not errors, f"{len(errors)} of {len(bh.calls_for(combos))} batched cases differ:\n" + "\n".join(errors[:20])
 
 
-def test_candidate_keeps_the_invariants_and_its_contract(setting, setting_env, contract, variants, quant_type_id,
+def test_candidate_keeps_the_invariants_and_its_contract(setting, setting_env, contract, variants, combos,
                                                          record_property):  # fmt: skip
     rule = contract.batched_block_size_m if contract else None
     errors = []
-    for call in bh.CALLS:
-        obs = bh.observe(variants[1].marlin_moe, call, quant_type_id)
+    for call in bh.calls_for(combos):
+        obs = bh.observe(variants[1].marlin_moe, call)
         errors += bh.invariant_violations(obs, call)
         if rule is not None and obs["kernel_block_size"] != (want := bh.contract_rule(contract, call, setting_env)):
             errors.append(f"{bh.where(call)}: block size {obs['kernel_block_size']}, {contract.name} says {want}")
     label = "batched candidate" + ("" if setting == contracts.DEFAULT_SETTING else f" {setting}")
-    record_property(COUNT_PROPERTY, {label: len(bh.CALLS)})
-    assert not errors, f"{len(errors)} of {len(bh.CALLS)} batched cases break the invariants or the contract:\n" + (
-        "\n".join(errors[:20]))  # fmt: skip
+    record_property(COUNT_PROPERTY, {label: len(bh.calls_for(combos))})
+    n = len(bh.calls_for(combos))
+    assert not errors, f"{len(errors)} of {n} batched cases break the invariants or the contract:\n" + "\n".join(
+        errors[:20])  # fmt: skip
 
 
-def test_batched_arguments_are_the_base_unless_declared(default_setting, contract, variants, quant_type_id):
+def test_batched_arguments_are_the_base_unless_declared(default_setting, contract, variants, combos):
     """A change that does not declare the batched path (#48144 does not) leaves every kernel argument alone."""
     if contracts.may_change(contract, "batched"):
         pytest.skip(f"the batched path may change ({contract.name if contract else 'no contract'})")
     base, cand = (v.marlin_moe for v in variants)
     errors = []
-    for call in bh.CALLS:
-        a, b = (bh.observe(m, call, quant_type_id)["kernel_args"] for m in (base, cand))
+    for call in bh.calls_for(combos):
+        a, b = (bh.observe(m, call)["kernel_args"] for m in (base, cand))
         errors += [f"{bh.where(call)}: {k} differs" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     assert not errors, "the batched path changed:\n" + "\n".join(errors[:20])
 

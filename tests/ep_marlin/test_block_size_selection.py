@@ -14,6 +14,9 @@ Checks, over a grid of M, local experts, EP sizes, top-k and input dtypes:
 
 from __future__ import annotations
 
+import inspect
+import types
+
 import pytest
 
 from ci import contracts, spec
@@ -30,16 +33,16 @@ GRID = [
 NON_EP_GRID = [p for p in GRID if p.values[1] is None]
 
 
-def _observations(module, e, ep, topk, quant_type_id, expert_map_fn):
-    for case in h.cases_for(e, ep, topk):
-        yield case, h.observe(module, case, h.make_inputs(case, expert_map_fn), quant_type_id)
+def _observations(module, e, ep, topk, combos, expert_map_fn):
+    for case in h.cases_for(e, ep, topk, combos):
+        yield case, h.observe(module, case, h.make_inputs(case, expert_map_fn))
 
 
 @pytest.mark.parametrize(("e", "ep", "topk"), GRID)
-def test_base_follows_the_release_rule(e, ep, topk, variants, quant_type_id, expert_map_fn, record_property):
+def test_base_follows_the_release_rule(e, ep, topk, variants, combos, expert_map_fn, record_property):
     """The base tree picks the release's block size (the oracle in ci.spec) and feeds the aligner right."""
     errors, n = [], 0
-    for case, obs in _observations(variants[0].marlin_moe, e, ep, topk, quant_type_id, expert_map_fn):
+    for case, obs in _observations(variants[0].marlin_moe, e, ep, topk, combos, expert_map_fn):
         errors += h.block_size_mismatches(obs, case, patched=False)
         errors += h.align_mismatches(obs, case)
         n += 1
@@ -49,12 +52,12 @@ def test_base_follows_the_release_rule(e, ep, topk, variants, quant_type_id, exp
 
 @pytest.mark.parametrize(("e", "ep", "topk"), GRID)
 def test_candidate_keeps_the_invariants_and_its_contract(
-    e, ep, topk, setting, setting_env, contract, variants, quant_type_id, expert_map_fn, record_property
+    e, ep, topk, setting, setting_env, contract, variants, combos, expert_map_fn, record_property
 ):
     """Universal invariants always; the contract's exact rule where it has one (under each of its settings)."""
     rule = contract.fused_block_size_m if contract else None
     errors, n = [], 0
-    for case, obs in _observations(variants[1].marlin_moe, e, ep, topk, quant_type_id, expert_map_fn):
+    for case, obs in _observations(variants[1].marlin_moe, e, ep, topk, combos, expert_map_fn):
         errors += h.invariant_violations(obs, case)
         if rule is not None:
             errors += h.rule_mismatches(obs, case, h.rule_value(contract, case, setting_env), f"{contract.name}")
@@ -87,15 +90,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize(("e", "ep", "topk"), points or [everything])
 
 
-def test_undeclared_paths_keep_the_base_arguments(e, ep, topk, default_setting, variants, quant_type_id, expert_map_fn):
+def test_undeclared_paths_keep_the_base_arguments(e, ep, topk, default_setting, variants, combos, expert_map_fn):
     """A path the change does not declare (non-EP always, unless declared): every kernel argument is the base's."""
     base, cand = (v.marlin_moe for v in variants)
     errors = []
-    for case in h.cases_for(e, ep, topk):
+    for case in h.cases_for(e, ep, topk, combos):
         inputs = h.make_inputs(case, expert_map_fn)
-        errors += h.kernel_arg_differences(
-            h.observe(base, case, inputs, quant_type_id), h.observe(cand, case, inputs, quant_type_id), case
-        )
+        errors += h.kernel_arg_differences(h.observe(base, case, inputs), h.observe(cand, case, inputs), case)
     assert not errors, "a path the change does not declare changed:\n" + "\n".join(errors[:20])
 
 
@@ -105,3 +106,70 @@ def test_grid_is_large():
     assert {1, 3, 8191, 8192} <= set(h.M_VALUES)
     assert {None, 1, 2, 4, 8, 16, 32} == set(h.EP_SIZES)
     assert spec.NON_EP == -1
+
+
+def test_every_format_is_tried_at_every_grid_point(combos):
+    """Each (format, dtype) pair the release serves is tried at every (E, EP, top-k) point, at several M."""
+    for p in GRID:
+        seen = [(c.fmt.name, c.activation) for c in h.cases_for(*p.values, combos)]
+        assert {(f.name, act) for f, act in combos} == set(seen), p.id
+        assert min(seen.count(k) for k in set(seen)) >= len(h.M_VALUES) * h.FORMATS_PER_M // len(combos)
+
+
+BATCH_INVARIANT = "VLLM_BATCH_INVARIANT"  # vLLM main: batch-invariant kernels, Marlin's tile pinned to 64
+BATCH_INVARIANT_TILE = 64
+
+
+def batch_invariant_violations(base, cand, cases, expert_map_fn) -> tuple[bool, list[str]]:
+    """Under VLLM_BATCH_INVARIANT=1 (set by the caller): whether the base pins the tile to 64 in every case
+    (the release has the mode), and where the candidate does not."""
+    pinned, errors = True, []
+    for case in cases:
+        inputs = h.make_inputs(case, expert_map_fn)
+        pinned &= h.observe(base, case, inputs).kernel_block_size == BATCH_INVARIANT_TILE
+        got = h.observe(cand, case, inputs).kernel_block_size
+        if got != BATCH_INVARIANT_TILE:
+            errors.append(f"{case}: block_size_m {got} under {BATCH_INVARIANT}=1, the release pins "
+                          f"{BATCH_INVARIANT_TILE}")  # fmt: skip
+    return pinned, errors
+
+
+def test_batch_invariant_mode_keeps_the_releases_tile(variants, combos, expert_map_fn, monkeypatch):
+    """A universal invariant where the release has it: vLLM main pins the tile to 64 under
+    VLLM_BATCH_INVARIANT=1 (the same tile whatever the batch); if the base does, the candidate must too."""
+    monkeypatch.setenv(BATCH_INVARIANT, "1")
+    cases = [c for e, ep, topk in ((8, None, 2), (8, 4, 8), (32, 8, 6)) for c in h.cases_for(e, ep, topk, combos)]
+    base, cand = (v.marlin_moe for v in variants)
+    pinned, errors = batch_invariant_violations(base, cand, cases, expert_map_fn)
+    if not pinned:
+        pytest.skip(f"this release's fused_marlin_moe does not pin the tile under {BATCH_INVARIANT}=1: nothing to keep")
+    assert not errors, f"{len(errors)} of {len(cases)} cases:\n" + "\n".join(errors[:20])
+
+
+def _with_the_pin(module) -> types.ModuleType:
+    """``module``'s source run as a new module, with vLLM main's pin added to fused_marlin_moe: 64 under
+    VLLM_BATCH_INVARIANT=1, just before the aligner is called."""
+    anchor = "    sorted_token_ids, expert_ids, num_tokens_post_padded = moe_align_block_size(\n"
+    source = inspect.getsource(module)
+    assert source.count(anchor) == 1, "fused_marlin_moe's call of moe_align_block_size moved: update the anchor"
+    pin = (
+        f'    if __import__("os").environ.get("{BATCH_INVARIANT}") == "1":\n'
+        f"        block_size_m = {BATCH_INVARIANT_TILE}\n"
+    )
+    pinned = types.ModuleType(f"{module.__name__}_pinned")
+    pinned.__package__, pinned.__file__ = module.__package__, module.__file__
+    exec(compile(source.replace(anchor, pin + anchor), module.__file__, "exec"), pinned.__dict__)
+    return pinned
+
+
+def test_the_batch_invariant_check_sees_a_candidate_that_drops_the_pin(variants, combos, expert_map_fn, monkeypatch):
+    """The check above on a release that pins the tile (the base with vLLM main's pin added): a candidate
+    without the pin is caught, one with it passes."""
+    base = variants[0].marlin_moe
+    pinned = _with_the_pin(base)
+    monkeypatch.setenv(BATCH_INVARIANT, "1")
+    cases = h.cases_for(8, 4, 8, combos)
+    held, errors = batch_invariant_violations(pinned, base, cases, expert_map_fn)
+    assert held and len(errors) == sum(1 for c in cases if h.observe(base, c, h.make_inputs(c, expert_map_fn))
+                                       .kernel_block_size != BATCH_INVARIANT_TILE) > 0  # fmt: skip
+    assert batch_invariant_violations(pinned, pinned, cases, expert_map_fn) == (True, [])

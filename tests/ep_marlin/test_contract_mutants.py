@@ -43,17 +43,17 @@ def built(trees, tmp_path_factory):
     return modules
 
 
-def _errors(module, contract, env, check, quant_type_id, expert_map_fn) -> list[str]:
+def _errors(module, contract, env, check, combos, expert_map_fn) -> list[str]:
     errors = []
     if check == "fused":
         for e, ep, topk in FUSED_SAMPLE:
-            for case in h.cases_for(e, ep, topk):
-                obs = h.observe(module, case, h.make_inputs(case, expert_map_fn), quant_type_id)
+            for case in h.cases_for(e, ep, topk, combos):
+                obs = h.observe(module, case, h.make_inputs(case, expert_map_fn))
                 errors += h.invariant_violations(obs, case)
                 errors += h.rule_mismatches(obs, case, h.rule_value(contract, case, env), contract.name)
     else:
-        for call in bh.CALLS:
-            obs = bh.observe(module, call, quant_type_id)
+        for call in bh.calls_for(combos):
+            obs = bh.observe(module, call)
             errors += bh.invariant_violations(obs, call)
             if obs["kernel_block_size"] != bh.contract_rule(contract, call, env):
                 errors.append(f"{bh.where(call)}: not the contract's tile")
@@ -62,15 +62,15 @@ def _errors(module, contract, env, check, quant_type_id, expert_map_fn) -> list[
 
 @pytest.mark.parametrize(("change", "mutant", "setting_name", "check"), MUTANTS, ids=[m[1] for m in MUTANTS])
 def test_contract_catches_the_mutant_and_passes_the_change(
-    change, mutant, setting_name, check, built, monkeypatch, quant_type_id, expert_map_fn
+    change, mutant, setting_name, check, built, monkeypatch, combos, expert_map_fn
 ):
     contract = load_contract(CHANGES_DIR / change / "contract.py")
     env = contract.settings[setting_name]
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert not _errors(built[change], contract, env, check, quant_type_id, expert_map_fn), (
+    assert not _errors(built[change], contract, env, check, combos, expert_map_fn), (
         f"the change {change} itself fails its contract under {setting_name}"
     )
-    assert _errors(built[mutant], contract, env, check, quant_type_id, expert_map_fn), (
+    assert _errors(built[mutant], contract, env, check, combos, expert_map_fn), (
         f"mutant {mutant} passed the {check} checks of {change}'s contract ({setting_name}): they cannot see this bug"
     )

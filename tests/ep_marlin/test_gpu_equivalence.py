@@ -19,8 +19,9 @@ import pytest
 import torch
 
 from ci import moe_case as mc
-from ci.shapes import scaled
-from ci.spec import BLOCK_SIZES_M, NON_EP
+from ci.formats import FORMATS_BY_NAME, GPT_OSS_ALPHA, GPT_OSS_BETA, GPT_OSS_CLAMP, QUANT_SCHEMES, Format
+from ci.shapes import Shape, scaled
+from ci.spec import BLOCK_SIZES_M, MIN_BLOCK_SIZE_M_1_BYTE_INPUT, NON_EP
 from tests.ep_marlin.reference import max_abs, reference_moe, rel_l2
 from tests.shared import SEED
 
@@ -41,11 +42,11 @@ SHAPES = {
         scaled("qwen3-30b-a3b", "qwen3-30b-a3b-like"),
         scaled("mixtral-8x7b", "mixtral-like", intermediate=3584),
         scaled("gpt-oss-120b", "gpt-oss-like", experts=16),
-        mc.Shape("odd-small", 256, 384, 12, 3),
+        Shape("odd-small", 256, 384, 12, 3),
     )
 }
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-SCHEMES = {s.name: s for s in mc.QUANT_SCHEMES}
+SCHEMES = {s.name: s for s in QUANT_SCHEMES if not s.fp4}  # the FP4 schemes: FORMAT_GRID below
 # (shape, ep, placement) with the tokens each DP rank holds; uneven splits as vLLM makes them.
 EP_CASES = [
     ("deepseek-v3-like", 8, "linear", [8, 3, 1, 8, 5, 8, 2, 7]),  # 16 experts: 2 a rank
@@ -71,13 +72,15 @@ def _ref(experts: mc.Experts, routing: mc.Routing, expert_map=None) -> torch.Ten
     )
 
 
-def _ep_sum(module, experts: mc.Experts, routing: mc.Routing, shape: mc.Shape, ep: int, placement: str):
+def _ep_sum(
+    module, experts: mc.Experts, routing: mc.Routing, shape: Shape, ep: int, placement: str, extra: dict | None = None
+):
     total = torch.zeros(routing.hidden.shape, dtype=torch.float32, device="cuda")
     for rank in range(ep):
         view = mc.rank_view(shape.experts, ep, rank, strategy=placement)
         out = mc.call_moe(
             module, experts.select(view.local_ids), routing, global_num_experts=shape.experts,
-            expert_map=view.expert_map,
+            expert_map=view.expert_map, **(extra or {}),
         )  # fmt: skip
         total += out.float()
     return total
@@ -291,3 +294,158 @@ def test_batched_every_block_size_is_equivalent(variants, metric):
         metric("batched_block_size_vs_reference_rel_l2", err, REFERENCE_BOUND[dtype])
         assert err < REFERENCE_BOUND[dtype], f"batched, block_size_m={bm}: rel L2 {err:.2e} vs reference"
         assert rel_l2(got, outs[8]) < CONSISTENCY_BOUND[dtype], f"batched, block_size_m={bm} differs from 8"
+
+
+# Formats beyond 16-bit GPTQ/AWQ/int8/FP8 (ci.formats): the FP4 weights Hopper serves through Marlin (NVFP4 with
+# its per-expert global scale, MXFP4), W4A8-int8 (Marlin quantizes both GEMM inputs per token to int8; the
+# tile is raised to at least 16), gpt-oss-like MXFP4 with expert biases and the clamped SwiGLU-OAI, and
+# W4A8-FP8, which vLLM runs on SM89/SM12x only. The weights come from vLLM's own helpers (random FP4 codes
+# for FP4); the reference is tests/ep_marlin/reference.py with the format's biases, clamp and int8 rounding.
+# Bounds (relative L2):
+# * FP4 weights: the reference holds the exact dequantized weights, so the error is the bf16 rounding of the
+#   activations between the GEMMs, as for int4: REFERENCE_BOUND.
+# * W4A8-int8: the kernel rounds the intermediate activation to bf16 before quantizing it to int8, the
+#   reference quantizes the float32 value: an element near a rounding edge lands one int8 step (max|x|/127
+#   of its row) away, so twice REFERENCE_BOUND. Without the int8 scale factors (input_global_scale) the
+#   output is off by orders of magnitude.
+# * gpt-oss: the hidden states are scaled (x ~ N(0, 20^2)) so that the gate/up pre-activations reach the
+#   clamp (7.0) on a share of elements that the test checks; the biases are O(1): a kernel that dropped
+#   either would be off by far more than the bound.
+INT8_INPUT_BOUND = 2 * REFERENCE_BOUND[torch.bfloat16]
+GPT_OSS_HIDDEN_SCALE = 20.0
+MIN_CLAMPED_SHARE = 0.01
+FORMAT_SHAPES = {"nvfp4": "deepseek-v3-like", "mxfp4": "gpt-oss-like", "gpt-oss-mxfp4": "gpt-oss-like",
+                 "w4a8-int8": "odd-small", "w4a8-int8-awq": "odd-small", "w4a8-fp8": "odd-small"}  # fmt: skip
+FORMAT_EP = {"deepseek-v3-like": (8, [8, 3, 1, 8, 5, 8, 2, 7]), "gpt-oss-like": (4, [2, 1, 4, 4]),
+             "odd-small": (4, [37, 12, 40, 1])}  # fmt: skip
+FORMAT_GRID = [pytest.param(name, marks=() if FORMATS_BY_NAME[name].hopper else pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() not in ((8, 9), (12, 0)),
+    reason="vLLM runs Marlin with FP8 inputs on SM89/SM12x only (get_marlin_input_dtype)"))
+    for name in FORMAT_SHAPES]  # fmt: skip
+
+
+@functools.lru_cache(maxsize=8)
+def format_experts(name: str) -> mc.Experts:
+    return mc.quantized_experts(SHAPES[FORMAT_SHAPES[name]], FORMATS_BY_NAME[name], torch.bfloat16, seed=SEED)
+
+
+def _format_routing(fmt: Format, shape: Shape, rows: int | list[int], seed: int) -> mc.Routing:
+    scale = GPT_OSS_HIDDEN_SCALE if fmt.clamp else 0.1
+    if isinstance(rows, list):
+        return mc.dp_padded_routing(rows, shape, torch.bfloat16, seed=seed, scale=scale)
+    return mc.route(rows, shape, torch.bfloat16, seed=seed, scale=scale)
+
+
+def _format_ref(fmt: Format, experts: mc.Experts, routing: mc.Routing, expert_map=None) -> torch.Tensor:
+    return reference_moe(
+        routing.hidden, experts.w1_ref, experts.w2_ref, routing.topk_weights, routing.topk_ids, expert_map,
+        bias1=experts.bias1_ref, bias2=experts.bias2_ref, input_int8=fmt.input_dtype == "int8",
+        clamp=(GPT_OSS_CLAMP, GPT_OSS_ALPHA, GPT_OSS_BETA) if fmt.clamp else None,
+    )  # fmt: skip
+
+
+def _format_bound(fmt: Format) -> float:
+    return INT8_INPUT_BOUND if fmt.input_dtype == "int8" else REFERENCE_BOUND[torch.bfloat16]
+
+
+@pytest.mark.parametrize("name", FORMAT_GRID)
+def test_format_matches_float32_reference(name, variants, metric):
+    """Non-EP output of both trees in each format vs the float32 reference (gpt-oss: the clamp does bind)."""
+    fmt = FORMATS_BY_NAME[name]
+    shape, experts = SHAPES[FORMAT_SHAPES[name]], format_experts(name)
+    routing = _format_routing(fmt, shape, 67, SEED)
+    expected = _format_ref(fmt, experts, routing)
+    if fmt.clamp:
+        share = _clamped_share(experts, routing)
+        metric("gpt_oss_clamped_share", share, MIN_CLAMPED_SHARE)
+        assert share > MIN_CLAMPED_SHARE, f"the clamp binds on {share:.2%} of pre-activations only"
+    for v in variants:
+        got = mc.call_moe(v.marlin_moe, experts, routing, global_num_experts=NON_EP, expert_map=None,
+                          **mc.format_kwargs(fmt))  # fmt: skip
+        err = rel_l2(got, expected)
+        metric(f"{name}_reference_rel_l2", err, _format_bound(fmt))
+        assert err < _format_bound(fmt), f"{v.name}, {name}: rel L2 error {err:.2e} vs the float32 reference"
+
+
+def _clamped_share(experts: mc.Experts, routing: mc.Routing) -> float:
+    """The share of gate/up pre-activations of the routed rows beyond the clamp, in the reference."""
+    clamped = total = 0
+    for e in routing.topk_ids.unique().tolist():
+        rows = (routing.topk_ids == e).any(dim=1)
+        h = routing.hidden[rows].float() @ experts.w1_ref[e].float().T + experts.bias1_ref[e].float()
+        clamped += int((h.abs() > GPT_OSS_CLAMP).sum())
+        total += h.numel()
+    return clamped / total
+
+
+@pytest.mark.parametrize("name", FORMAT_GRID)
+def test_format_ep_sum_equals_non_ep(name, variants, metric):
+    """Per format, each tree: the sum over EP ranks (DP-padded rows) equals the non-EP output and the reference."""
+    fmt = FORMATS_BY_NAME[name]
+    shape, experts = SHAPES[FORMAT_SHAPES[name]], format_experts(name)
+    ep, tokens = FORMAT_EP[shape.name]
+    routing = _format_routing(fmt, shape, tokens, SEED + ep)
+    extra = mc.format_kwargs(fmt)
+    for v in variants:
+        non_ep = mc.call_moe(v.marlin_moe, experts, routing, global_num_experts=NON_EP, expert_map=None, **extra)
+        ep_sum = _ep_sum(v.marlin_moe, experts, routing, shape, ep, "linear", extra)
+        err = rel_l2(ep_sum, non_ep.float())
+        metric(f"{name}_ep_sum_vs_non_ep_rel_l2", err, CONSISTENCY_BOUND[torch.bfloat16])
+        assert err < CONSISTENCY_BOUND[torch.bfloat16], f"{v.name}, {name}: EP sum vs non-EP rel L2 {err:.2e}"
+        ref_err = rel_l2(ep_sum, _format_ref(fmt, experts, routing))
+        metric(f"{name}_ep_sum_vs_reference_rel_l2", ref_err, _format_bound(fmt))
+        assert ref_err < _format_bound(fmt), f"{v.name}, {name}: EP sum vs reference rel L2 {ref_err:.2e}"
+        if not fmt.bias:  # a padding row of zeros still gets the biases: it is zero only without them
+            assert torch.all(ep_sum[~routing.valid] == 0), f"{v.name}, {name}: padding rows gave non-zero output"
+
+
+@pytest.mark.parametrize("name", FORMAT_GRID)
+def test_format_every_block_size_is_equivalent(name, variants, metric):
+    """Per format, under EP (rank 0): every tile gives the reference's numbers and those of the smallest
+    (for 1-byte inputs the tiles from 16: smaller ones are what the floor of 16 keeps the kernel from)."""
+    fmt = FORMATS_BY_NAME[name]
+    shape, experts = SHAPES[FORMAT_SHAPES[name]], format_experts(name)
+    ep, _ = FORMAT_EP[shape.name]
+    routing = _format_routing(fmt, shape, 200, SEED + 200)
+    view = mc.rank_view(shape.experts, ep, 0)
+    local, module, extra = experts.select(view.local_ids), variants[1].marlin_moe, mc.format_kwargs(fmt)
+    outs = {}
+    for bm in [b for b in BLOCK_SIZES_M if fmt.input_itemsize != 1 or b >= MIN_BLOCK_SIZE_M_1_BYTE_INPUT]:
+        with mc.forced_block_size(module, bm):
+            outs[bm] = mc.call_moe(module, local, routing, global_num_experts=shape.experts,
+                                   expert_map=view.expert_map, **extra)  # fmt: skip
+    expected = _format_ref(fmt, local, routing, view.expert_map)
+    first = min(outs)
+    for bm, out in outs.items():
+        err = rel_l2(out, expected)
+        metric(f"{name}_block_size_vs_reference_rel_l2", err, _format_bound(fmt))
+        assert err < _format_bound(fmt), f"{name}, block_size_m={bm}: rel L2 {err:.2e} vs reference"
+        spread = rel_l2(out, outs[first])
+        metric(f"{name}_block_size_vs_bm{first}_rel_l2", spread, CONSISTENCY_BOUND[torch.bfloat16])
+        assert spread < CONSISTENCY_BOUND[torch.bfloat16], f"{name}, block_size_m={bm} vs {first}: {spread:.2e}"
+
+
+@pytest.mark.parametrize("rows", [1, 37])
+@pytest.mark.parametrize("name", FORMAT_GRID)
+def test_format_poisoned_buffers_are_overwritten(name, rows, variants, metric):
+    """Per format, under EP (rank 1): output and scratch buffers start as NaN; all written, none left NaN."""
+    fmt = FORMATS_BY_NAME[name]
+    shape, experts = SHAPES[FORMAT_SHAPES[name]], format_experts(name)
+    ep, _ = FORMAT_EP[shape.name]
+    routing = _format_routing(fmt, shape, rows, SEED + rows)
+    view = mc.rank_view(shape.experts, ep, 1)
+    local, dtype = experts.select(view.local_ids), torch.bfloat16
+    for v in variants:
+        out = torch.full_like(routing.hidden, float("nan"))
+        cache13 = torch.full((rows * shape.topk * max(2 * shape.intermediate, shape.hidden),), float("nan"),
+                             dtype=dtype, device="cuda")  # fmt: skip
+        cache2 = torch.full((rows * shape.topk, shape.intermediate), float("nan"), dtype=dtype, device="cuda")
+        got = mc.call_moe(
+            v.marlin_moe, local, routing, global_num_experts=shape.experts, expert_map=view.expert_map,
+            output=out, intermediate_cache13=cache13, intermediate_cache2=cache2, **mc.format_kwargs(fmt),
+        )  # fmt: skip
+        assert got.data_ptr() == out.data_ptr(), "the output buffer passed in was not used"
+        assert torch.isfinite(got).all(), f"{v.name}, {name}: NaN/Inf left in the output (rows={rows})"
+        err = rel_l2(got, _format_ref(fmt, local, routing, view.expert_map))
+        metric(f"{name}_poisoned_vs_reference_rel_l2", err, _format_bound(fmt))
+        assert err < _format_bound(fmt)

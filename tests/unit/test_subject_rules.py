@@ -19,7 +19,7 @@ DATA = Path(__file__).parent / "data"
 
 def test_the_kernel_suite_less_its_filter_is_what_a_complete_run_holds():
     subset = kernel_results("default", case_filter="deepseek-v3/ep8/*")
-    assert len(subset.cases) == 10 and evidence.run_problems(subset) == []
+    assert len(subset.cases) == 16 and evidence.run_problems(subset) == []
     assert kernel_subject.expected_cases(subset) == [c.id for c in subset.cases]
     subset.settings["case_filter"] = "nothing/*"
     with pytest.raises(DataError) as err:

@@ -611,9 +611,9 @@ def test_a_folder_with_a_copied_manifest_but_no_marker_is_not_the_builders(tmp_p
 
 
 def _one_of_the_default_suite(tmp_path: Path) -> Path:
-    """A kernel results file of suite default holding 1 of its 118 cases, saying complete: true and listing
+    """A kernel results file of suite default holding 1 of its 153 cases, saying complete: true and listing
     no expected cases: it PASSed A/B and became the default baseline."""
-    full = kernel_results("default", case_filter="deepseek-v3/ep1/tpr1/*")
+    full = kernel_results("default", case_filter="deepseek-v3/ep1/tpr1/gptq*")
     full.settings = {"complete": True, "aa": False}
     return _save(full, tmp_path / "one.json")
 
@@ -621,8 +621,8 @@ def _one_of_the_default_suite(tmp_path: Path) -> Path:
 def test_a_file_that_says_complete_but_holds_one_case_of_its_suite_is_incomplete(tmp_path, capsys):
     one = _one_of_the_default_suite(tmp_path)
     assert _gate("--results", str(one), "--out", str(tmp_path / "o")) == ExitCode.INCOMPLETE
-    assert "117 of the 118 cases of suite 'default' are missing: deepseek-v3/ep1/tpr4/" in capsys.readouterr().out
-    with pytest.raises(IncompleteEvidenceError, match="117 of the 118 cases of suite 'default' are missing"):
+    assert "152 of the 153 cases of suite 'default' are missing: deepseek-v3/ep1/tpr4/" in capsys.readouterr().out
+    with pytest.raises(IncompleteEvidenceError, match="152 of the 153 cases of suite 'default' are missing"):
         baselines.record(one, tmp_path / "b")
     assert not (tmp_path / "b").exists()
 

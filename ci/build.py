@@ -49,7 +49,6 @@ DEFAULT_VLLM = "0.25.1"
 CHANGES_DIR = Path(__file__).resolve().parent / "changes"  # <name>/change.patch and, optionally, contract.py
 DEFAULT_CHANGE = "marlin-ep-m-estimate"
 DEFAULT_PATCH = CHANGES_DIR / DEFAULT_CHANGE / "change.patch"
-MUTANTS_DIR = CHANGES_DIR / DEFAULT_CHANGE / "mutants"
 GATE_DIR = Path(".gate")
 DEFAULT_BASE_REF = "origin/main"
 CHANGE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # a folder of ci/changes/, never a path

@@ -1,6 +1,6 @@
 """The batched path's harness for the CPU tier: vLLM's real ``batched_fused_marlin_moe`` with its CUDA work
 (``batched_moe_align_block_size``, ``_fused_marlin_moe``) replaced by spies, the grid of calls, and the
-checks every change must keep (``test_batched_path.py`` and ``test_contract_mutants.py`` use them)."""
+checks every change must keep (``test_batched_path.py`` and ``test_mutants.py`` use them)."""
 
 from __future__ import annotations
 

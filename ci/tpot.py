@@ -38,11 +38,9 @@ from ci.cli import run_main
 from ci.errors import DataError, MissingDependencyError, NoGPUError, ServerError, UsageError
 from ci.results import BenchResults, CaseResult
 from ci.server import Server, free_port, log_tail
-from ci.serving_config import (  # noqa: F401  (the profiles and command lines, re-exported for callers)
+from ci.serving_config import (
     BUILDS,
-    MODELS_DIR,
     PROFILES,
-    TOKENIZER_DIR,
     Profile,
     bench_args,
     bench_argv,
@@ -52,7 +50,6 @@ from ci.serving_config import (  # noqa: F401  (the profiles and command lines, 
     model_dir,
     models,
     moe_backend_flag,
-    moe_shape,
     serve_argv,
     served_name,
     server_env,

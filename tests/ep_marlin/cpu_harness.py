@@ -17,8 +17,9 @@ from typing import Any
 
 import torch
 
+from ci import moe_case as mc
 from ci import spec
-from ci.formats import FORMAT_COMBOS, FORMATS, GPT_OSS_ALPHA, GPT_OSS_BETA, GPT_OSS_CLAMP, Format
+from ci.formats import FORMAT_COMBOS, FORMATS, Format
 
 # The grid (module constants, as in vLLM's tests/kernels/moe/test_moe.py).
 M_VALUES = (1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 511, 513,
@@ -29,7 +30,6 @@ TOP_KS = (1, 2, 4, 6, 8)
 FORMATS_PER_M = 3  # formats each M value is tried with, at each grid point
 HIDDEN = 16  # K: the smallest hidden size the Python checks accept; the spies ignore the weights
 ACTIVATIONS = {"bf16": torch.bfloat16, "fp16": torch.float16}
-INPUT_DTYPES = {None: None, "int8": torch.int8, "fp8": torch.float8_e4m3fn}
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Case:
 
     @property
     def input_dtype(self) -> torch.dtype | None:
-        return INPUT_DTYPES[self.fmt.input_dtype]
+        return mc.input_dtype_of(self.fmt)
 
     @property
     def input_itemsize(self) -> int | None:
@@ -119,7 +119,7 @@ def format_arguments(fmt: Format, e: int, dtype: torch.dtype, gen: torch.Generat
         w2=torch.randint(0, 2**31 - 1, (e, 1, HIDDEN * q.bits // 2), generator=gen, dtype=torch.int32),
         w1_scale=torch.rand(e, 1, 2, generator=gen).to(dtype).to(scale_dtype),
         w2_scale=torch.rand(e, 1, HIDDEN, generator=gen).to(dtype).to(scale_dtype),
-        bias1=None, bias2=None, quant_type_id=scalar_type_id(q.quant_type), input_dtype=INPUT_DTYPES[fmt.input_dtype],
+        bias1=None, bias2=None, quant_type_id=scalar_type_id(q.quant_type),
     )  # fmt: skip
     if q.has_zero_points:
         args.update(w1_zeros=torch.randint(0, 15, (e, 1, 2), generator=gen, dtype=torch.int32),
@@ -137,11 +137,7 @@ def format_arguments(fmt: Format, e: int, dtype: torch.dtype, gen: torch.Generat
     if fmt.bias:
         args.update(bias1=torch.randn(e, 2, generator=gen).to(dtype),
                     bias2=torch.randn(e, HIDDEN, generator=gen).to(dtype))  # fmt: skip
-    if fmt.clamp:
-        from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-
-        args.update(activation=MoEActivation.SWIGLUOAI_UNINTERLEAVE, clamp_limit=GPT_OSS_CLAMP,
-                    gemm1_alpha=GPT_OSS_ALPHA, gemm1_beta=GPT_OSS_BETA)  # fmt: skip
+    args.update(mc.format_kwargs(fmt))  # input_dtype; gpt-oss: the activation and its clamp
     return args
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ci import serving_config as sc
 from ci import tpot
 from ci.build import FileChange, TreeManifest, Trees
 from ci.errors import DataError, ServerError
@@ -19,7 +20,7 @@ from ci.server import Server, free_port
 from tests.unit.factories import fake_tree
 
 HERE = Path(__file__).resolve().parent
-QWEN = tpot.model_dir("qwen3-30b-a3b-like")
+QWEN = sc.model_dir("qwen3-30b-a3b-like")
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +42,7 @@ def standin_trees(tmp_path, monkeypatch) -> Trees:
 
 def test_serve_command_line(tmp_path):
     tree = fake_tree(tmp_path / "t")
-    argv = tpot.serve_argv(tree, QWEN, port=18001, profile=tpot.PROFILES["pr"], dp=4, seed=3)
+    argv = sc.serve_argv(tree, QWEN, port=18001, profile=sc.PROFILES["pr"], dp=4, seed=3)
     assert argv[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", str(QWEN)]
     joined = " ".join(argv)
     for part in ("--load-format dummy", "--port 18001", "--data-parallel-size 4", "--enable-expert-parallel",
@@ -52,22 +53,22 @@ def test_serve_command_line(tmp_path):
         else:
             assert part in joined
     no_flag = fake_tree(tmp_path / "u", moe_flag=False)
-    single = " ".join(tpot.serve_argv(no_flag, QWEN, port=1, profile=tpot.PROFILES["pr"], dp=1, seed=0))
+    single = " ".join(sc.serve_argv(no_flag, QWEN, port=1, profile=sc.PROFILES["pr"], dp=1, seed=0))
     assert "--data-parallel-size" not in single and "--moe-backend" not in single
 
 
 def test_bench_command_line_and_env(tmp_path):
     tree = fake_tree(tmp_path / "t")
     out = tmp_path / "r.json"
-    argv = tpot.bench_argv(QWEN, port=5, profile=tpot.PROFILES["nightly"], prompts=640, out=out, seed=0)
+    argv = sc.bench_argv(QWEN, port=5, profile=sc.PROFILES["nightly"], prompts=640, out=out, seed=0)
     joined = " ".join(argv)
     for part in ("bench serve", "--dataset-name random", "--random-input-len 1024", "--random-output-len 1024",
                  "--max-concurrency 64", "--num-prompts 640", "--ignore-eos", "--temperature 0", "--save-result",
                  f"--result-dir {tmp_path} --result-filename r.json"):  # fmt: skip
         assert part in joined
     # the in-process client gets the same arguments, without the command
-    assert argv[5:] == tpot.bench_args(QWEN, port=5, profile=tpot.PROFILES["nightly"], prompts=640, out=out, seed=0)
-    env = tpot.server_env(tree)
+    assert argv[5:] == sc.bench_args(QWEN, port=5, profile=sc.PROFILES["nightly"], prompts=640, out=out, seed=0)
+    env = sc.server_env(tree)
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tree)
     assert env["NCCL_NVLS_ENABLE"] == "0" and env["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
 
@@ -99,9 +100,9 @@ def test_rounds_alternate_and_balance():
 
 
 def _server(trees, tmp_path, mode="ok", delay="0.2"):
-    env = {**tpot.server_env(trees.base), "STANDIN_MODE": mode, "STANDIN_DELAY": delay}
+    env = {**sc.server_env(trees.base), "STANDIN_MODE": mode, "STANDIN_DELAY": delay}
     port = free_port(tpot.DEFAULT_PORT + 300)
-    argv = tpot.serve_argv(trees.base, QWEN, port=port, profile=tpot.PROFILES["pr"], dp=1, seed=0)
+    argv = sc.serve_argv(trees.base, QWEN, port=port, profile=sc.PROFILES["pr"], dp=1, seed=0)
     return Server("standin", argv, port=port, log=tmp_path / "server.log", env=env)
 
 
@@ -150,7 +151,7 @@ def test_port_in_use_is_refused(standin_trees, tmp_path):
 
 
 def _tiny_profile(monkeypatch):
-    monkeypatch.setattr(tpot, "PROFILES", {**tpot.PROFILES, "t": tpot.Profile(
+    monkeypatch.setattr(tpot, "PROFILES", {**sc.PROFILES, "t": sc.Profile(
         input_len=8, output_len=8, concurrency=1, prompts=2, rounds=3, warmup_prompts=1, max_model_len=64,
         gpu_memory_fraction=0.1)})  # fmt: skip
 
@@ -190,7 +191,7 @@ def test_unknown_model_is_a_usage_error():
     from ci.errors import UsageError
 
     with pytest.raises(UsageError, match="qwen3-30b-a3b-like"):
-        tpot.model_dir("llama")
+        sc.model_dir("llama")
 
 
 def test_aa_run_serves_the_base_tree_twice(standin_trees, tmp_path, monkeypatch):
@@ -207,7 +208,7 @@ def test_aa_run_serves_the_base_tree_twice(standin_trees, tmp_path, monkeypatch)
 
 def test_concurrent_servers_settle_before_the_first_round(standin_trees, tmp_path, monkeypatch):
     """With settle_s, both servers warm up in turn until then, and no round is measured sooner."""
-    monkeypatch.setattr(tpot, "PROFILES", {**tpot.PROFILES, "s": tpot.Profile(
+    monkeypatch.setattr(tpot, "PROFILES", {**sc.PROFILES, "s": sc.Profile(
         input_len=8, output_len=8, concurrency=1, prompts=2, rounds=1, warmup_prompts=1, max_model_len=64,
         gpu_memory_fraction=0.1, settle_s=60.0)})  # fmt: skip
     # settle_s (--settle-s) overrides the profile's 60 s
@@ -251,14 +252,14 @@ def test_client_of_a_vllm_without_the_bench_module_says_what_to_do(tmp_path):
 def test_decode_block_sizes_show_where_the_patch_matters_under_ep():
     """The pr profile's 8 tokens per rank at DP = EP = 2 picks 8 in both builds (nothing to measure);
     pr-ep's 64 tokens per rank pick 32 (base) and 16 (candidate), by the spec's exact rules."""
-    (pr,) = [r for r in tpot.decode_block_sizes(QWEN, tpot.PROFILES["pr"], 2) if r["profile"]]
+    (pr,) = [r for r in sc.decode_block_sizes(QWEN, sc.PROFILES["pr"], 2) if r["profile"]]
     assert (pr["tokens_per_rank"], pr["padded_m"], pr["base"], pr["candidate"]) == (8, 16, 8, 8)
-    rows = {r["tokens_per_rank"]: r for r in tpot.decode_block_sizes(QWEN, tpot.PROFILES["pr-ep"], 2)}
+    rows = {r["tokens_per_rank"]: r for r in sc.decode_block_sizes(QWEN, sc.PROFILES["pr-ep"], 2)}
     assert rows[64]["profile"] and (rows[64]["base"], rows[64]["candidate"]) == (32, 16)
     assert (rows[32]["base"], rows[32]["candidate"]) == (16, 8)
     assert (rows[64]["local_experts"], rows[64]["global_experts"], rows[64]["topk"]) == (64, 128, 8)
     # without EP the patch changes nothing, whatever the load
-    assert all(r["base"] == r["candidate"] for r in tpot.decode_block_sizes(QWEN, tpot.PROFILES["pr-ep"], 1))
+    assert all(r["base"] == r["candidate"] for r in sc.decode_block_sizes(QWEN, sc.PROFILES["pr-ep"], 1))
 
 
 def test_block_size_table_cli_needs_no_gpu_and_run_needs_its_files(capsys):
@@ -281,7 +282,7 @@ def test_committed_two_gpu_baseline_is_a_complete_ep_ab_run():
     assert results.settings["complete"] is True and results.settings["aa"] is False
     (case,) = results.cases
     assert case.info["dp"] == 2 and case.info["expert_parallel"] is True
-    assert case.info["profile"]["concurrency"] == tpot.PROFILES["pr-ep"].concurrency
-    assert {len(v) for v in case.samples.values()} == {tpot.PROFILES["pr-ep"].rounds}
+    assert case.info["profile"]["concurrency"] == sc.PROFILES["pr-ep"].concurrency
+    assert {len(v) for v in case.samples.values()} == {sc.PROFILES["pr-ep"].rounds}
     (row,) = case.info["decode_block_size_m"]
     assert (row["base"], row["candidate"]) == (32, 16)

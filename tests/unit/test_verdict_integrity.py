@@ -340,16 +340,16 @@ def test_rename_into_csrc_and_mode_only_patches_are_refused(tmp_path):
 def test_a_server_of_another_run_on_the_port_is_not_measured(tmp_path, monkeypatch):
     """The race: another run's server binds the port between our check and our server's start."""
     from ci import server as srv
-    from ci import tpot
+    from ci import serving_config
     from tests.unit.factories import fake_tree
 
     tree = fake_tree(tmp_path / "t")
     monkeypatch.setenv("STANDIN_CHILD_PID_FILE", str(tmp_path / "child.pid"))
     port = srv.free_port(21500 + os.getpid() % 400)
-    profile = tpot.PROFILES["smoke"]
-    argv = tpot.serve_argv(tree, tpot.model_dir("qwen3-30b-a3b-like"), port=port, profile=profile, dp=1, seed=0,
-                           name="gate-other-run-base")  # fmt: skip
-    env = tpot.server_env(tree)
+    profile = serving_config.PROFILES["smoke"]
+    argv = serving_config.serve_argv(tree, serving_config.model_dir("qwen3-30b-a3b-like"), port=port, profile=profile,
+                                     dp=1, seed=0, name="gate-other-run-base")  # fmt: skip
+    env = serving_config.server_env(tree)
     with srv.Server("other run", argv, port=port, log=tmp_path / "other.log", env=env) as other:
         other.wait_healthy(30)
         monkeypatch.setattr(srv, "port_in_use", lambda port: False)  # our check ran before the other bound

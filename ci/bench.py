@@ -234,13 +234,8 @@ class CaseRunner:
         return graph
 
     def time_us(self, graph) -> float:
-        torch = self.torch
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1000.0 / CALLS_PER_GRAPH
+        """Microseconds per call: one replay of a graph of CALLS_PER_GRAPH calls."""
+        return replay_us(self.torch, graph) / CALLS_PER_GRAPH
 
 
 def check_outputs_agree(runner: CaseRunner, base, cand) -> dict:
@@ -286,16 +281,18 @@ def sleep_cycles_for(fraction: float, base_us: float, overhead_us: float, cycles
     return round(max(0.0, fraction * base_us - overhead_us) * CALLS_PER_GRAPH * cycles_per_us)
 
 
+def replay_us(torch, graph) -> float:
+    """The one timer of the bench: microseconds of one replay of a CUDA graph, between CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000.0
+
+
 def _graph_time_us(torch, graph, replays: int = 5) -> float:
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0)
-    return stats.median(times)
+    return stats.median([replay_us(torch, graph) for _ in range(replays)])
 
 
 def sleep_calibration(torch) -> dict:

@@ -408,6 +408,20 @@ def call_batched(module: ModuleType, caller, w1: torch.Tensor, w2: torch.Tensor,
 
 
 @contextlib.contextmanager
+def swapped(owner, **replacements) -> Iterator[None]:
+    """Replace attributes of ``owner`` (a vLLM module, or its ``ops``) for the block, restored on exit whatever
+    happens: the one way this project patches vLLM (forcing and recording the tile, the CPU tier's spies)."""
+    saved = {name: getattr(owner, name) for name in replacements}
+    for name, value in replacements.items():
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(owner, name, value)
+
+
+@contextlib.contextmanager
 def forced_block_size(module: ModuleType, block_size_m: int) -> Iterator[None]:
     """Pin ``block_size_m`` for calls into ``module`` (every callee that receives it sees the same value)."""
     align, batched_align, kernel = (
@@ -427,13 +441,9 @@ def forced_block_size(module: ModuleType, block_size_m: int) -> Iterator[None]:
         kwargs["block_size_m"] = block_size_m
         return kernel(*args, **kwargs)
 
-    module.moe_align_block_size, module.batched_moe_align_block_size = align_forced, batched_align_forced
-    module._fused_marlin_moe = kernel_forced
-    try:
+    with swapped(module, moe_align_block_size=align_forced, batched_moe_align_block_size=batched_align_forced,
+                 _fused_marlin_moe=kernel_forced):  # fmt: skip
         yield
-    finally:
-        module.moe_align_block_size, module.batched_moe_align_block_size, module._fused_marlin_moe = (
-            align, batched_align, kernel)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -446,8 +456,5 @@ def recorded_block_size(module: ModuleType) -> Iterator[list[int]]:
         seen.append(kwargs["block_size_m"])
         return kernel(*args, **kwargs)
 
-    module._fused_marlin_moe = kernel_recording
-    try:
+    with swapped(module, _fused_marlin_moe=kernel_recording):
         yield seen
-    finally:
-        module._fused_marlin_moe = kernel

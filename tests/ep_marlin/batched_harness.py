@@ -38,13 +38,12 @@ class BatchedSpies:
         return kwargs["hidden_states"].clone()
 
     def __enter__(self):
-        m = self.module
-        self._saved = (m.batched_moe_align_block_size, m._fused_marlin_moe)
-        m.batched_moe_align_block_size, m._fused_marlin_moe = self._align, self._kernel
+        self._swap = mc.swapped(self.module, batched_moe_align_block_size=self._align, _fused_marlin_moe=self._kernel)
+        self._swap.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.module.batched_moe_align_block_size, self.module._fused_marlin_moe = self._saved
+        self._swap.__exit__(*exc)
 
 
 def experts_of(args: dict) -> mc.Experts:

@@ -9,6 +9,7 @@ the specification in :mod:`ci.spec`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 from dataclasses import dataclass
@@ -219,14 +220,14 @@ class KernelSpies:
         return out
 
     def __enter__(self) -> KernelSpies:
-        m = self.module
-        self._saved = (m.moe_align_block_size, m._fused_marlin_moe, m.ops.moe_sum)
-        m.moe_align_block_size, m._fused_marlin_moe, m.ops.moe_sum = self._align, self._kernel, self._moe_sum
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(mc.swapped(self.module, moe_align_block_size=self._align,
+                                             _fused_marlin_moe=self._kernel))  # fmt: skip
+        self._stack.enter_context(mc.swapped(self.module.ops, moe_sum=self._moe_sum))
         return self
 
     def __exit__(self, *exc) -> None:
-        m = self.module
-        m.moe_align_block_size, m._fused_marlin_moe, m.ops.moe_sum = self._saved
+        self._stack.close()
 
 
 def observe(module: ModuleType, case: Case, inputs: Inputs) -> Observation:

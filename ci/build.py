@@ -500,21 +500,23 @@ def load_trees(manifest_path: Path) -> Trees:
     return trees
 
 
-def add_source_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags that choose the vLLM under test, shared by every stage that builds trees."""
-    parser.add_argument("--vllm", default=DEFAULT_VLLM, help="a release (default %(default)s) or 'installed'")
-    parser.add_argument("--vllm-src", type=Path, help="a vLLM checkout whose Python files overlay the release")
-    parser.add_argument("--patch", type=Path, help=f"the patch under test (default: --change {DEFAULT_CHANGE})")
-    parser.add_argument("--change", help="a change of ci/changes/ by name: its change.patch and contract.py")
-    parser.add_argument(
-        "--contract",
-        default="auto",
-        help="the change's contract.py; 'none' to test without one (default: the one beside the patch)",
-    )
-    parser.add_argument("--reverse", action="store_true", help="the release contains the patch: remove it for base")
-    parser.add_argument("--base-ref", help="with --vllm-src: the ref a branch is compared with (default: the first of "
-                        "the release's tag vX.Y.Z, origin/main, upstream/main that the checkout has)")  # fmt: skip
-    parser.add_argument("--head-ref", help="with --vllm-src: the branch or commit under test (HEAD)")
+def add_source_arguments(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The flags that choose the vLLM under test, defined once: every stage that builds trees and the nox
+    sessions (``ci.sessionargs``) take them from here. Returns their actions."""
+    return [
+        parser.add_argument("--vllm", default=DEFAULT_VLLM, help="a release (default %(default)s) or 'installed'"),
+        parser.add_argument("--vllm-src", type=Path, help="a vLLM checkout whose Python files overlay the release"),
+        parser.add_argument("--patch", type=Path, help=f"the patch under test (default: --change {DEFAULT_CHANGE})"),
+        parser.add_argument("--change", help="a change of ci/changes/ by name: its change.patch and contract.py"),
+        parser.add_argument("--contract", default="auto",
+                            help="the change's contract.py; 'none' to test without one (default: the one beside "
+                            "the patch)"),
+        parser.add_argument("--reverse", action="store_true",
+                            help="the release contains the patch: remove it for base"),
+        parser.add_argument("--base-ref", help="with --vllm-src: the ref a branch is compared with (default: the "
+                            "first of the release's tag vX.Y.Z, origin/main, upstream/main that the checkout has)"),
+        parser.add_argument("--head-ref", help="with --vllm-src: the branch or commit under test (HEAD)"),
+    ]  # fmt: skip
 
 
 def patch_of(change: str | None, patch: Path | None) -> Path:

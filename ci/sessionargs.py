@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ci.build import DEFAULT_VLLM
+from ci.build import add_source_arguments
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,26 +28,16 @@ class SessionArgs:
 
 
 def parse_session_args(posargs: Sequence[str]) -> SessionArgs:
+    """The source options (``ci.build.add_source_arguments``, the same definitions the stages use) and
+    ``--out``; ``build_argv`` repeats the source options given, for ``python -m ci.build``."""
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--vllm", default=DEFAULT_VLLM)
-    parser.add_argument("--vllm-src")
-    parser.add_argument("--patch")
-    parser.add_argument("--change")
-    parser.add_argument("--contract")
-    parser.add_argument("--reverse", action="store_true")
-    parser.add_argument("--base-ref")
-    parser.add_argument("--head-ref")
+    source = add_source_arguments(parser)
     parser.add_argument("--out")
     known, rest = parser.parse_known_args(list(posargs))
     build_argv = ["--vllm", known.vllm]
-    if known.vllm_src:
-        build_argv += ["--vllm-src", known.vllm_src]
-    for flag, value in (("--patch", known.patch), ("--change", known.change), ("--contract", known.contract)):
-        if value:
-            build_argv += [flag, value]
-    if known.reverse:
-        build_argv.append("--reverse")
-    for flag, value in (("--base-ref", known.base_ref), ("--head-ref", known.head_ref)):
-        if value:
-            build_argv += [flag, value]
+    for action in source:
+        value, flag = getattr(known, action.dest), action.option_strings[0]
+        if flag == "--vllm" or value is None or value == action.default:
+            continue
+        build_argv += [flag] if value is True else [flag, str(value)]
     return SessionArgs(vllm=known.vllm, build_argv=tuple(build_argv), out=known.out, rest=tuple(rest))

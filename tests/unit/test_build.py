@@ -332,3 +332,17 @@ def test_the_tree_diff_sees_content_mode_links_added_and_removed(tmp_path):
     found = {c.path: c.what for c in treediff.differences(base, cand)}
     assert found == {"vllm/content.py": "modified", "vllm/mode.py": "mode", "vllm/gone.py": "removed",
                      "vllm/new.py": "added", "vllm/link.py": "link"}  # fmt: skip
+
+
+def test_the_sessions_take_the_stages_source_options_and_pass_on_exactly_those_given():
+    import argparse
+
+    from ci.sessionargs import parse_session_args
+
+    args = parse_session_args(["--patch", "p.patch", "--contract", "none", "--reverse", "-n", "4", "--out", "o"])
+    assert args.build_argv == ("--vllm", build.DEFAULT_VLLM, "--patch", "p.patch", "--contract", "none", "--reverse")
+    assert args.rest == ("-n", "4") and args.out == "o"
+    flags = [a.option_strings[0] for a in build.add_source_arguments(argparse.ArgumentParser())]
+    for flag in flags:
+        given = [flag] if flag == "--reverse" else [flag, "x"]
+        assert parse_session_args(given).build_argv[-len(given) :] == tuple(given), flag

@@ -1,6 +1,7 @@
 """Stage 3a: time vLLM's fused_marlin_moe as one EP rank sees it, base vs candidate, on one GPU.
 
-Per case (model shape x EP size x tokens per rank): the rank holds ``E = G / ep`` experts and
+Per case (model shape x EP size x tokens per rank, in one format of ``ci.formats``: GPTQ int4 unless the case
+id names another, e.g. ``nvfp4``): the rank holds ``E = G / ep`` experts and
 sees ``tokens_per_rank * ep`` DP-padded rows; ``ep = 1`` is the non-EP caller
 (``global_num_experts == -1``). Both builds are first checked to give the same output
 (bit-identical for ep = 1); a case whose outputs differ is an error, never a timing.

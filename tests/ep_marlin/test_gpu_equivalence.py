@@ -195,6 +195,18 @@ def test_every_block_size_is_equivalent(shape_name, ep, rows, scheme_name, dtype
         assert spread < CONSISTENCY_BOUND[dtype], f"block_size_m={bm} differs from 8: rel L2 {spread:.2e}"
 
 
+def poisoned_buffers(routing: mc.Routing, shape: Shape, dtype: torch.dtype) -> dict:
+    """The output and scratch buffers of a fused_marlin_moe call, sized as it sizes them, all NaN."""
+    rows = routing.hidden.shape[0]
+    nan = float("nan")
+    return dict(
+        output=torch.full_like(routing.hidden, nan),
+        intermediate_cache13=torch.full((rows * shape.topk * max(2 * shape.intermediate, shape.hidden),), nan,
+                                        dtype=dtype, device="cuda"),
+        intermediate_cache2=torch.full((rows * shape.topk, shape.intermediate), nan, dtype=dtype, device="cuda"),
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("rows", [1, 37, 4096])
 @pytest.mark.parametrize("ep", [1, 4])
 def test_poisoned_buffers_are_overwritten(rows, ep, variants, metric):
@@ -206,15 +218,9 @@ def test_poisoned_buffers_are_overwritten(rows, ep, variants, metric):
     local = experts.select(view.local_ids)
     g = NON_EP if ep == 1 else shape.experts
     for v in variants:
-        out = torch.full_like(routing.hidden, float("nan"))
-        cache13 = torch.full((rows * shape.topk * max(2 * shape.intermediate, shape.hidden),), float("nan"),
-                             dtype=dtype, device="cuda")  # fmt: skip
-        cache2 = torch.full((rows * shape.topk, shape.intermediate), float("nan"), dtype=dtype, device="cuda")
-        got = mc.call_moe(
-            v.marlin_moe, local, routing, global_num_experts=g, expert_map=view.expert_map,
-            output=out, intermediate_cache13=cache13, intermediate_cache2=cache2,
-        )  # fmt: skip
-        assert got.data_ptr() == out.data_ptr(), "the output buffer passed in was not used"
+        buffers = poisoned_buffers(routing, shape, dtype)
+        got = mc.call_moe(v.marlin_moe, local, routing, global_num_experts=g, expert_map=view.expert_map, **buffers)
+        assert got.data_ptr() == buffers["output"].data_ptr(), "the output buffer passed in was not used"
         assert torch.isfinite(got).all(), f"{v.name}: NaN/Inf left in the output (rows={rows}, ep={ep})"
         err = rel_l2(got, _ref(local, routing, view.expert_map))
         metric("poisoned_vs_reference_rel_l2", err, REFERENCE_BOUND[dtype])
@@ -438,15 +444,10 @@ def test_format_poisoned_buffers_are_overwritten(name, rows, variants, metric):
     view = mc.rank_view(shape.experts, ep, 1)
     local, dtype = experts.select(view.local_ids), torch.bfloat16
     for v in variants:
-        out = torch.full_like(routing.hidden, float("nan"))
-        cache13 = torch.full((rows * shape.topk * max(2 * shape.intermediate, shape.hidden),), float("nan"),
-                             dtype=dtype, device="cuda")  # fmt: skip
-        cache2 = torch.full((rows * shape.topk, shape.intermediate), float("nan"), dtype=dtype, device="cuda")
-        got = mc.call_moe(
-            v.marlin_moe, local, routing, global_num_experts=shape.experts, expert_map=view.expert_map,
-            output=out, intermediate_cache13=cache13, intermediate_cache2=cache2, **mc.format_kwargs(fmt),
-        )  # fmt: skip
-        assert got.data_ptr() == out.data_ptr(), "the output buffer passed in was not used"
+        buffers = poisoned_buffers(routing, shape, dtype)
+        got = mc.call_moe(v.marlin_moe, local, routing, global_num_experts=shape.experts, expert_map=view.expert_map,
+                          **buffers, **mc.format_kwargs(fmt))  # fmt: skip
+        assert got.data_ptr() == buffers["output"].data_ptr(), "the output buffer passed in was not used"
         assert torch.isfinite(got).all(), f"{v.name}, {name}: NaN/Inf left in the output (rows={rows})"
         err = rel_l2(got, _format_ref(fmt, local, routing, view.expert_map))
         metric(f"{name}_poisoned_vs_reference_rel_l2", err, _format_bound(fmt))

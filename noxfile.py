@@ -19,10 +19,10 @@ import nox.command
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from ci import outputs  # noqa: E402  (stdlib-only modules)
-from ci.errors import ExitCode  # noqa: E402
-from ci.gpu import NO_GPU_MESSAGE, query  # noqa: E402
-from ci.sessionargs import SessionArgs, parse_session_args  # noqa: E402
+from ci.core.errors import ExitCode  # noqa: E402
+from ci.runner import outputs  # noqa: E402  (stdlib-only modules)
+from ci.runner.gpu import NO_GPU_MESSAGE, query  # noqa: E402
+from ci.trees.sessionargs import SessionArgs, parse_session_args  # noqa: E402
 
 nox.options.sessions = ["lint", "tests"]
 # nox probes for uv at each session and says so when it finds none; the sessions use pip: the line says nothing
@@ -46,7 +46,7 @@ def _children() -> list[int]:
 
 def _terminate_as_interrupt(signum, frame):
     """SIGTERM (a cancelled CI job, ``kill``) stops nox like Ctrl-C: the running stage gets SIGINT (what
-    Ctrl-C would have sent it; ci.tpot then stops its servers) and nox waits STAGE_STOP_S for it before
+    Ctrl-C would have sent it; ci.serving.tpot then stops its servers) and nox waits STAGE_STOP_S for it before
     SIGTERM and SIGKILL, instead of dying and leaving the stage and its servers behind."""
     for pid in _children():
         with contextlib.suppress(ProcessLookupError):
@@ -57,7 +57,7 @@ def _terminate_as_interrupt(signum, frame):
 signal.signal(signal.SIGTERM, _terminate_as_interrupt)
 
 
-# pytest's own exit codes, as the gate's (ci/errors.py): tests failed 1 -> FAILED, interrupted 2 -> 130,
+# pytest's own exit codes, as the gate's (ci/core/errors.py): tests failed 1 -> FAILED, interrupted 2 -> 130,
 # internal error 3 -> INTERNAL, usage error 4 and no test collected 5 (a filter that matches nothing) -> USAGE
 PYTEST_CODES = {1: int(ExitCode.FAILED), 2: 130, 3: int(ExitCode.INTERNAL), 4: int(ExitCode.USAGE),
                 5: int(ExitCode.USAGE)}  # fmt: skip
@@ -149,7 +149,7 @@ def _pytest(session: nox.Session, manifest: Path, *args: str) -> None:
 
 
 def _install_vllm_deps(session: nox.Session, args: SessionArgs, *, gpu: bool) -> bool:
-    """What importing vLLM needs; vLLM itself comes from the trees that ci.build makes. For a GPU session
+    """What importing vLLM needs; vLLM itself comes from the trees that ci.trees.build makes. For a GPU session
     with a hash lock for the release (requirements/gpu-vllm-<release>.lock: vLLM, its dependencies and
     the test tools), install that and return True: the trees are then built from that verified vLLM."""
     if _no_venv(session):
@@ -181,7 +181,7 @@ def _build(session: nox.Session, args: SessionArgs, *, locked: bool = False, nam
     argv = list(args.build_argv)
     if locked:
         argv[argv.index("--vllm") + 1] = "installed"
-    _stage(session, _python(session), "-m", "ci.build", *argv, "--out", str(trees))
+    _stage(session, _python(session), "-m", "ci.trees.build", *argv, "--out", str(trees))
     manifest = trees / "manifest.json"
     if locked:
         import json
@@ -264,7 +264,7 @@ def check(session: nox.Session) -> None:
 
 
 # Releases the CPU tier follows besides the default one, each in its own environment, its dependencies read
-# from the release's own metadata (ci/release_deps.py): `nox -s "tests_release(release='0.33.0')"`.
+# from the release's own metadata (ci/trees/release_deps.py): `nox -s "tests_release(release='0.33.0')"`.
 FOLLOWED_RELEASES = ("0.26.0", "0.33.0")
 
 
@@ -275,8 +275,8 @@ def tests_release(session: nox.Session, release: str) -> None:
     if any(a == "--vllm" or a.startswith("--vllm=") for a in session.posargs):
         session.error(f"this session tests vLLM {release} (its environment is made for it): leave out --vllm")
     args = parse_session_args(["--vllm", release, *session.posargs])
-    from ci.build import GATE_DIR, fetch_release
-    from ci.release_deps import metadata_of, write_requirements
+    from ci.trees.build import GATE_DIR, fetch_release
+    from ci.trees.release_deps import metadata_of, write_requirements
 
     unpacked = fetch_release(release, GATE_DIR / "cache")
     try:
@@ -333,7 +333,7 @@ def _gpu_stage(session: nox.Session, module: str, results_name: str) -> None:
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Kernel benchmark: base vs candidate fused_marlin_moe under simulated EP on one GPU."""
-    _gpu_stage(session, "ci.bench", BENCH_RESULTS.name)
+    _gpu_stage(session, "ci.kernel.bench", BENCH_RESULTS.name)
 
 
 @nox.session(default=False)
@@ -341,14 +341,14 @@ def gpu_gate(session: nox.Session) -> None:
     """The whole GPU verdict: GPU suite, kernel A/B and the verdict against the stored baseline, one exit code."""
     n_gpus, args, manifest = _gpu_session(session)
     workers = ["--workers", str(n_gpus)] if "--workers" not in args.rest else []
-    _stage(session, _python(session), "-m", "ci.gpu_gate", "--manifest", str(manifest), "--out",
+    _stage(session, _python(session), "-m", "ci.runner.gpu_gate", "--manifest", str(manifest), "--out",
            str(_out(session, args)), *workers, *args.rest)  # fmt: skip
 
 
 @nox.session(default=False)
 def error_rates(session: nox.Session) -> None:
     """The kernel gate's false alarms and detection on this GPU: A/A runs and injected slowdowns (README)."""
-    _gpu_stage(session, "ci.error_rates", outputs.ERROR_RATES)
+    _gpu_stage(session, "ci.kernel.error_rates", outputs.ERROR_RATES)
 
 
 def _with_results(posargs: Sequence[str]) -> list[str]:
@@ -362,25 +362,25 @@ def _with_results(posargs: Sequence[str]) -> list[str]:
 def gate(session: nox.Session) -> None:
     """Judge benchmark results: A/B (default) or `--mode baseline`; exits with the verdict's code (README)."""
     _requirements(session, "test")
-    _stage(session, _python(session), "-m", "ci.compare", *_with_results(session.posargs))
+    _stage(session, _python(session), "-m", "ci.core.compare", *_with_results(session.posargs))
 
 
 @nox.session(default=False)
 def update_baselines(session: nox.Session) -> None:
     """Store a results file as the baseline of its GPU and suite (refuses to overwrite without --force)."""
-    _stage(session, _python(session), "-m", "ci.baselines", "record", *_with_results(session.posargs))
+    _stage(session, _python(session), "-m", "ci.core.baselines", "record", *_with_results(session.posargs))
 
 
 @nox.session(default=False)
 def tpot(session: nox.Session) -> None:
     """End-to-end TPOT A/B: vllm serve (dummy weights, DP/EP over this host's GPUs) + vllm bench serve."""
-    _gpu_stage(session, "ci.tpot", outputs.TPOT_RESULTS)
+    _gpu_stage(session, "ci.serving.tpot", outputs.TPOT_RESULTS)
 
 
 @nox.session(python=False, default=False)
 def clean(session: nox.Session) -> None:
     """What .gate holds (releases, trees, branch pairs, outputs) with sizes; `-- NAME...` or `-- --all` removes."""
-    _stage(session, sys.executable, "-m", "ci.clean", *session.posargs)
+    _stage(session, sys.executable, "-m", "ci.trees.clean", *session.posargs)
 
 
 SURVIVORS = ROOT / "tests" / "mutation-survivors.txt"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.suite_summary import SuiteSummary
+from ci.runner.suite_summary import SuiteSummary
 from tests.shared import TREES_KEY
 
 GPU_SKIP_REASON = "needs a CUDA GPU: run `nox -s gpu_tests` on a GPU host"
@@ -25,7 +25,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--gate-manifest",
         default=os.environ.get("GATE_MANIFEST"),
-        help="manifest.json of the vLLM trees under test (written by `python -m ci.build`; nox passes it)",
+        help="manifest.json of the vLLM trees under test (written by `python -m ci.trees.build`; nox passes it)",
     )
     group.addoption(
         "--require-gpu",
@@ -58,15 +58,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "network: downloads from the package index (skipped unless --run-network)")
     manifest = config.getoption("--gate-manifest")
     if manifest:
-        from ci.build import load_trees
-        from ci.variants import put_base_first
+        from ci.trees.build import load_trees
+        from ci.trees.variants import put_base_first
 
         trees = load_trees(Path(manifest))
         put_base_first(trees)
         config.stash[TREES_KEY] = trees
         if not hasattr(config, "workerinput"):  # once, in the controller: one clear error, not one per test
-            from ci.errors import MissingDependencyError
-            from ci.variants import check_base_importable
+            from ci.core.errors import MissingDependencyError
+            from ci.trees.variants import check_base_importable
 
             try:
                 check_base_importable(trees)
@@ -81,7 +81,7 @@ def pin_xdist_worker() -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if not worker.startswith("gw"):
         return
-    from ci.gpu import query
+    from ci.runner.gpu import query
 
     _, gpus = query()
     if gpus:
@@ -102,7 +102,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if needs_trees and TREES_KEY not in config.stash:
         raise pytest.UsageError(
             f"{len(needs_trees)} tests need vLLM trees but no --gate-manifest was given (nor GATE_MANIFEST): "
-            "run `nox -s tests`, or `python -m ci.build` and pass its manifest.json"
+            "run `nox -s tests`, or `python -m ci.trees.build` and pass its manifest.json"
         )
 
 
@@ -119,7 +119,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.fixture(scope="session")
 def trees(request: pytest.FixtureRequest):
-    """The base and candidate vLLM trees under test (see ci.build)."""
+    """The base and candidate vLLM trees under test (see ci.trees.build)."""
     return request.config.stash[TREES_KEY]
 
 
@@ -148,7 +148,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = session.config.getoption("--gate-summary")
     if not path or hasattr(session.config, "workerinput"):  # the xdist controller writes it
         return
-    from ci import provenance
+    from ci.trees import provenance
 
     trees = session.config.stash.get(TREES_KEY, None)
     _SUMMARY.write(Path(path), provenance.collect(trees), int(exitstatus))
@@ -164,7 +164,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.write_line(f"CPU tier: block-size cases checked against the spec: {counts}")
     trees = terminalreporter.config.stash.get(TREES_KEY, None)
     if trees is not None:
-        from ci.contracts import NO_CONTRACT
+        from ci.trees.contracts import NO_CONTRACT
 
         contract = trees.manifest.contract
         terminalreporter.write_line(f"change: {trees.manifest.patch_path}; "

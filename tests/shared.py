@@ -20,7 +20,7 @@ def contract_of(config: pytest.Config):
         if trees is None:
             config.stash[CONTRACT_KEY] = None
         else:
-            from ci.contracts import from_manifest
+            from ci.trees.contracts import from_manifest
 
             config.stash[CONTRACT_KEY] = from_manifest(trees.manifest.contract, trees.manifest_path)
     return config.stash[CONTRACT_KEY]

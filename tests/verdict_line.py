@@ -11,7 +11,7 @@ import pytest
 # test (file::function) -> (what failed, the path, what to do)
 CHECKS = {
     "test_block_size_selection.py::test_base_follows_the_release_rule": (
-        "the base tree does not pick the release's tile (ci/spec.py)", "fused",
+        "the base tree does not pick the release's tile (ci/kernel/spec.py)", "fused",
         "the oracle does not fit this vLLM release: a bug of the gate for it, not of the change; report it"),
     "test_block_size_selection.py::test_candidate_keeps_the_invariants_and_its_contract": (
         "the candidate breaks a universal invariant or its contract's rule", "fused",
@@ -22,7 +22,7 @@ CHECKS = {
     "test_block_size_selection.py::test_the_change_states_its_rule": (
         "the change's contract states no rule", "fused", "add fused_block_size_m or batched_block_size_m to it"),
     "test_batched_path.py::test_base_follows_the_release_rule": (
-        "the base tree does not pick the release's batched tile (ci/spec.py)", "batched",
+        "the base tree does not pick the release's batched tile (ci/kernel/spec.py)", "batched",
         "the oracle does not fit this vLLM release: a bug of the gate for it, not of the change; report it"),
     "test_batched_path.py::test_candidate_keeps_the_invariants_and_its_contract": (
         "the candidate breaks a universal invariant or its contract's batched rule", "batched",

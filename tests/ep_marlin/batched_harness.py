@@ -8,9 +8,9 @@ import itertools
 
 import torch
 
-from ci import moe_case as mc
-from ci import spec
-from ci.formats import FORMAT_COMBOS, FORMATS_BY_NAME
+from ci.kernel import moe_case as mc
+from ci.kernel import spec
+from ci.kernel.formats import FORMAT_COMBOS, FORMATS_BY_NAME
 from tests.ep_marlin import cpu_harness as h
 
 CAPACITIES = (1, 2, 7, 8, 9, 14, 15, 16, 17, 28, 29, 32, 43, 44, 48, 57, 58, 64, 65, 128, 256, 1024)
@@ -93,7 +93,7 @@ def where(call: dict) -> str:
 
 
 def _rotated(rows: list[tuple]) -> list[tuple]:
-    """Each row tried with h.FORMATS_PER_M (format, dtype) pairs, taken in turn from ci.formats."""
+    """Each row tried with h.FORMATS_PER_M (format, dtype) pairs, taken in turn from ci.kernel.formats."""
     n = len(FORMAT_COMBOS)
     return [(*row, *FORMAT_COMBOS[(h.FORMATS_PER_M * i + j) % n]) for i, row in enumerate(rows)
             for j in range(h.FORMATS_PER_M)]  # fmt: skip

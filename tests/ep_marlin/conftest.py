@@ -11,7 +11,7 @@ from tests.shared import METRIC_PROPERTY, contract_of
 @pytest.fixture(scope="session")
 def variants(trees):
     """(base, candidate): vLLM's marlin_moe module from each tree, in this process."""
-    from ci.variants import load_variants
+    from ci.trees.variants import load_variants
 
     return load_variants(trees)
 
@@ -48,7 +48,7 @@ def setting_env(setting, contract, default_setting, monkeypatch) -> dict[str, st
 
 @pytest.fixture(scope="session")
 def combos(variants):
-    """The (format, hidden dtype) pairs of ``ci.formats`` the release's fused_marlin_moe takes."""
+    """The (format, hidden dtype) pairs of ``ci.kernel.formats`` the release's fused_marlin_moe takes."""
     from tests.ep_marlin.cpu_harness import combos_for
 
     return combos_for(variants[0].marlin_moe)

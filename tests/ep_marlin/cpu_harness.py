@@ -4,7 +4,7 @@
 plus ``ops.moe_sum`` in releases that call it) are swapped for recorders in the module under
 test; everything else is vLLM's own Python: argument checks, the block-size choice, the
 expert-count handling and the final reduction. The checks compare what the spies saw with
-the specification in :mod:`ci.spec`.
+the specification in :mod:`ci.kernel.spec`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from ci import moe_case as mc
-from ci import spec
-from ci.formats import FORMAT_COMBOS, FORMATS, Format
+from ci.kernel import moe_case as mc
+from ci.kernel import spec
+from ci.kernel.formats import FORMAT_COMBOS, FORMATS, Format
 
 # The grid (module constants, as in vLLM's tests/kernels/moe/test_moe.py).
 M_VALUES = (1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 511, 513,

@@ -3,10 +3,10 @@
 
 * ``direct``: called as a library function (no token load known);
 * ``apply``: through vLLM's ``BatchedMarlinExperts.apply``, the DeepEP low-latency caller, which sees this
-  rank's ``topk_ids`` and the number of dispatchers (``ci.moe_case.call_batched``).
+  rank's ``topk_ids`` and the number of dispatchers (``ci.kernel.moe_case.call_batched``).
 
 The tokens arrive grouped per expert, ``[E, capacity, K]``. The base must pick the release's tile, from the
-capacity (``ci.spec.batched_block_size_m``). The candidate must keep the universal invariants (a tile the
+capacity (``ci.kernel.spec.batched_block_size_m``). The candidate must keep the universal invariants (a tile the
 kernel has, the same for aligner and kernel, at least 16 for 1-byte inputs, the aligner gets the capacity
 and the caller's per-expert counts untouched, the output is the kernel's), follow its contract's batched
 rule where it has one, and hand the kernels the base's arguments when the change does not declare this path.
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import pytest
 
-from ci import contracts, spec
+from ci.kernel import spec
+from ci.trees import contracts
 from tests.ep_marlin import batched_harness as bh
 from tests.shared import COUNT_PROPERTY
 
 
 def test_base_follows_the_release_rule(variants, combos, record_property):
-    """Both callers: the base's tile comes from the capacity (ci.spec.batched_block_size_m)."""
+    """Both callers: the base's tile comes from the capacity (ci.kernel.spec.batched_block_size_m)."""
     errors = []
     for call in bh.calls_for(combos):
         obs = bh.observe(variants[0].marlin_moe, call)

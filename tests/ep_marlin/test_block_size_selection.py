@@ -2,7 +2,7 @@
 
 Checks, over a grid of M, local experts, EP sizes, top-k and input dtypes:
 
-* the base picks exactly the release's block size (``ci.spec``: the oracle, written from the rule's words);
+* the base picks exactly the release's block size (``ci.kernel.spec``: the oracle, written from the rule's words);
 * the candidate keeps the universal invariants, in every setting its contract names: a block size the
   kernel has, the same one for aligner and kernel, at least 16 for 1-byte inputs, and
   ``moe_align_block_size`` gets the global expert count and the caller's ``expert_map``;
@@ -19,7 +19,8 @@ import types
 
 import pytest
 
-from ci import contracts, spec
+from ci.kernel import spec
+from ci.trees import contracts
 from tests.ep_marlin import cpu_harness as h
 from tests.shared import COUNT_PROPERTY, contract_of
 
@@ -40,7 +41,7 @@ def _observations(module, e, ep, topk, combos, expert_map_fn):
 
 @pytest.mark.parametrize(("e", "ep", "topk"), GRID)
 def test_base_follows_the_release_rule(e, ep, topk, variants, combos, expert_map_fn, record_property):
-    """The base tree picks the release's block size (the oracle in ci.spec) and feeds the aligner right."""
+    """The base tree picks the release's block size (the oracle in ci.kernel.spec) and feeds the aligner right."""
     errors, n = [], 0
     for case, obs in _observations(variants[0].marlin_moe, e, ep, topk, combos, expert_map_fn):
         errors += h.block_size_mismatches(obs, case, patched=False)

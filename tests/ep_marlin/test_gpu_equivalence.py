@@ -7,7 +7,7 @@
 4. Every block size in {8, 16, 32, 48, 64} gives equivalent results.
 5. Robustness: poisoned buffers fully overwritten, no NaN/Inf, tokens routed only to other
    ranks' experts give zeros, M = 1, odd M, M = 4096.
-6. Every format of ``ci.formats`` beyond the 16-bit-input schemes (NVFP4, MXFP4, gpt-oss's biases and clamp,
+6. Every format of ``ci.kernel.formats`` beyond the 16-bit-input schemes (NVFP4, MXFP4, gpt-oss's biases and clamp,
    W4A8-int8; W4A8-FP8 where vLLM runs it): 1, 2, 4 and 5 per format (``test_format_*``).
 
 Tolerances are relative L2 errors (``reference.rel_l2``), named below with their reasons.
@@ -20,10 +20,10 @@ import functools
 import pytest
 import torch
 
-from ci import moe_case as mc
-from ci.formats import FORMATS_BY_NAME, GPT_OSS_ALPHA, GPT_OSS_BETA, GPT_OSS_CLAMP, QUANT_SCHEMES, Format
-from ci.shapes import Shape, scaled
-from ci.spec import BLOCK_SIZES_M, MIN_BLOCK_SIZE_M_1_BYTE_INPUT, NON_EP
+from ci.kernel import moe_case as mc
+from ci.kernel.formats import FORMATS_BY_NAME, GPT_OSS_ALPHA, GPT_OSS_BETA, GPT_OSS_CLAMP, QUANT_SCHEMES, Format
+from ci.kernel.shapes import Shape, scaled
+from ci.kernel.spec import BLOCK_SIZES_M, MIN_BLOCK_SIZE_M_1_BYTE_INPUT, NON_EP
 from tests.ep_marlin.reference import max_abs, reference_moe, rel_l2
 from tests.shared import SEED
 
@@ -304,7 +304,7 @@ def test_batched_every_block_size_is_equivalent(variants, metric):
         assert rel_l2(got, outs[8]) < CONSISTENCY_BOUND[dtype], f"batched, block_size_m={bm} differs from 8"
 
 
-# Formats beyond 16-bit GPTQ/AWQ/int8/FP8 (ci.formats): the FP4 weights Hopper serves through Marlin (NVFP4 with
+# Formats beyond 16-bit GPTQ/AWQ/int8/FP8 (ci.kernel.formats): the FP4 weights Hopper serves through Marlin (NVFP4 with
 # its per-expert global scale, MXFP4), W4A8-int8 (Marlin quantizes both GEMM inputs per token to int8; the
 # tile is raised to at least 16), gpt-oss-like MXFP4 with expert biases and the clamped SwiGLU-OAI, and
 # W4A8-FP8, which vLLM runs on SM89/SM12x only. The weights come from vLLM's own helpers (random FP4 codes

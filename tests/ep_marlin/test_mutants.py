@@ -21,9 +21,9 @@ import json
 
 import pytest
 
-from ci.build import CHANGES_DIR, BuildOptions, Release, build_trees
-from ci.contracts import load_contract
-from ci.variants import load_candidate
+from ci.trees.build import CHANGES_DIR, BuildOptions, Release, build_trees
+from ci.trees.contracts import load_contract
+from ci.trees.variants import load_candidate
 from tests.ep_marlin import batched_harness as bh
 from tests.ep_marlin import cpu_harness as h
 

@@ -1,6 +1,6 @@
 """Results made up for the tests of the core (evidence, verdicts, baselines, reports), in one place.
 
-The core asks a results file's subject what a complete run is (``ci.subjects``); the real subjects answer
+The core asks a results file's subject what a complete run is (``ci.core.subjects``); the real subjects answer
 from the gate's definitions (the kernel bench's suites, the TPOT profiles). The core's own rules are
 tested on the ``synthetic-bench`` subject registered here, for tests only: it defines a suite as the cases
 the file lists in ``settings.expected_cases`` (what a stage of it would have set out to measure), and
@@ -14,13 +14,16 @@ import random
 import shutil
 from pathlib import Path
 
-from ci import build, kernel_subject, serving_subject, subjects
-from ci.bench import suite_cases
-from ci.results import BenchResults, CaseResult
-from ci.variants import ENTRY_MODULE
+from ci.core import subjects
+from ci.core.results import BenchResults, CaseResult
+from ci.kernel import subject as kernel_subject
+from ci.kernel.bench import suite_cases
+from ci.serving import subject as serving_subject
+from ci.trees import build
+from ci.trees.variants import ENTRY_MODULE
 
 GPU = {"driver": "580", "count": 1, "gpus": [{"name": "NVIDIA H200", "index": 0}]}
-PROVENANCE = {"gpu": GPU, "gate": "EP-Marlin gate"}  # what ci.provenance.collect records, in part
+PROVENANCE = {"gpu": GPU, "gate": "EP-Marlin gate"}  # what ci.trees.provenance.collect records, in part
 SYNTHETIC = "synthetic-bench"
 
 

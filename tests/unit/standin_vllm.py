@@ -2,7 +2,7 @@
 
 Installed into fake vLLM trees by the TPOT tests, twice: as ``vllm/entrypoints/cli/main.py``
 (the ``vllm serve`` / ``vllm bench serve`` commands) and as ``vllm/benchmarks/serve.py``
-(``add_cli_args`` and ``main``, which ``ci/bench_client.py`` imports). Behaviour is set by
+(``add_cli_args`` and ``main``, which ``ci/serving/bench_client.py`` imports). Behaviour is set by
 environment variables: STANDIN_MODE (ok | die | never-healthy), STANDIN_TPOT (ms, the
 server's), STANDIN_DELAY (s before healthy), STANDIN_BENCH (ok | fail). The bench asks the
 server for its TPOT, so a result says which server it measured; like vLLM, a server started with

@@ -1,11 +1,11 @@
-"""The batched layout the GPU suite and the bench build (ci.moe_case.batched_by_expert), on the CPU."""
+"""The batched layout the GPU suite and the bench build (ci.kernel.moe_case.batched_by_expert), on the CPU."""
 
 from __future__ import annotations
 
 import pytest
 
 torch = pytest.importorskip("torch")  # the CPU tier's environment has it; the mutation environment does not
-mc = pytest.importorskip("ci.moe_case")
+mc = pytest.importorskip("ci.kernel.moe_case")
 
 
 def test_grouping_and_combining_round_trip():

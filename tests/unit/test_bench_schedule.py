@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ci import bench, stats
-from ci.errors import UsageError
+from ci.core import stats
+from ci.core.errors import UsageError
+from ci.kernel import bench
 
 
 def test_interleaved_order_alternates_which_build_goes_first():

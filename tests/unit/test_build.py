@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ci import build
-from ci.errors import DataError, PatchError, UsageError
-from ci.variants import ENTRY_MODULE
+from ci.core.errors import DataError, PatchError, UsageError
+from ci.trees import build
+from ci.trees.variants import ENTRY_MODULE
 from tests.unit.factories import AFTER, BEFORE, ENTRY, MOD, diff, make_release, plain_diff
 
 
@@ -187,12 +187,13 @@ def test_a_dependency_the_release_imports_is_one_clear_error(tmp_path, monkeypat
     patch.write_text(diff(MOD, BEFORE, AFTER))
     trees = build.build_trees(build.BuildOptions(patch=patch, out=tmp_path / "trees"), release=release)
     code = (
-        "import sys; from ci.build import load_trees; from ci.variants import put_base_first, check_base_importable\n"
+        "import sys; from ci.trees.build import load_trees\n"
+        "from ci.trees.variants import put_base_first, check_base_importable\n"
         f"t = load_trees(__import__('pathlib').Path({str(trees.manifest_path)!r})); put_base_first(t)\n"
-        "from ci.cli import run_main\nsys.exit(run_main(lambda argv: check_base_importable(t) and 0, []))\n"
+        "from ci.core.cli import run_main\nsys.exit(run_main(lambda argv: check_base_importable(t) and 0, []))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(build.__file__).parents[1]
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(build.__file__).parents[2]
     )
     assert done.returncode == 9, done.stderr
     err = done.stdout + done.stderr
@@ -205,7 +206,7 @@ def test_a_dependency_the_release_imports_is_one_clear_error(tmp_path, monkeypat
     assert "Traceback" not in err
     tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gate-manifest",
                             str(trees.manifest_path), "tests/unit/test_spec.py"], capture_output=True, text=True,
-                           cwd=Path(build.__file__).parents[1])  # fmt: skip
+                           cwd=Path(build.__file__).parents[2])  # fmt: skip
     assert tests.returncode == 9 and tests.stderr.count("imports 'cpuinfo_not_installed_here'") == 1, tests.stderr
 
 
@@ -228,7 +229,7 @@ def test_a_change_is_picked_by_name_and_brings_its_contract(tmp_path):
 DEFAULT_CONTRACT = "marlin-ep-m-estimate/contract.py"
 
 
-# What the candidate runs is what differs between the trees (ci.treediff), not what a patch's headers say.
+# What the candidate runs is what differs between the trees (ci.trees.treediff), not what a patch's headers say.
 
 ALIGN = "vllm/layers/align.py"  # a second module the entry imports (as marlin_moe imports moe_align_block_size)
 
@@ -245,7 +246,7 @@ def _release_with(root: Path, files: dict[str, str], entry: str) -> build.Releas
 def test_a_hidden_plain_section_is_listed_and_loaded_from_the_candidate(tmp_path):
     """Issue 21, item 1: a harmless git-format hunk, then a plain unified diff of the aligner. The manifest
     listed only the first file and the candidate ran the base's aligner (67 passed on the H200)."""
-    from ci import variants
+    from ci.trees import variants
 
     release = _release_with(tmp_path / "rel", {ALIGN: "def align(x):\n    return x\n"},
                             entry="from vllm.layers import mod\nfrom vllm.layers.align import align\n")  # fmt: skip
@@ -302,7 +303,7 @@ def test_a_symlink_the_patch_adds_is_refused_and_the_host_file_never_read(tmp_pa
 
 
 def test_trees_changed_after_the_build_are_refused(tmp_path, patch_file):
-    from ci import variants
+    from ci.trees import variants
 
     trees = build.build_trees(build.BuildOptions(patch=patch_file, out=tmp_path / "out"),
                               release=make_release(tmp_path / "rel"))  # fmt: skip
@@ -312,7 +313,7 @@ def test_trees_changed_after_the_build_are_refused(tmp_path, patch_file):
 
 
 def test_the_tree_diff_sees_content_mode_links_added_and_removed(tmp_path):
-    from ci import treediff
+    from ci.trees import treediff
 
     base, cand = tmp_path / "b", tmp_path / "c"
     for tree in (base, cand):
@@ -337,7 +338,7 @@ def test_the_tree_diff_sees_content_mode_links_added_and_removed(tmp_path):
 def test_the_sessions_take_the_stages_source_options_and_pass_on_exactly_those_given():
     import argparse
 
-    from ci.sessionargs import parse_session_args
+    from ci.trees.sessionargs import parse_session_args
 
     args = parse_session_args(["--patch", "p.patch", "--contract", "none", "--reverse", "-n", "4", "--out", "o"])
     assert args.build_argv == ("--vllm", build.DEFAULT_VLLM, "--patch", "p.patch", "--contract", "none", "--reverse")

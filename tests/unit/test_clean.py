@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ci import clean
-from ci.errors import UsageError
+from ci.core.errors import UsageError
+from ci.trees import clean
 
 
 def _gate(tmp_path):

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ci import baselines, compare, kernel_subject, report
-from ci.errors import ExitCode, UsageError
-from ci.results import BenchResults, load_results
+from ci.core import baselines, compare, report
+from ci.core.errors import ExitCode, UsageError
+from ci.core.results import BenchResults, load_results
+from ci.kernel import subject as kernel_subject
 from tests.unit.factories import make_results
 
 
@@ -90,7 +91,7 @@ def test_case_missing_from_baseline_is_no_baseline(results_file, tmp_path):
 
 
 def test_corrupt_or_foreign_baseline_is_an_error(results_file, tmp_path, capsys):
-    from ci.cli import run_main
+    from ci.core.cli import run_main
 
     bdir = tmp_path / "b"
     stored = baselines.record(results_file({"a": 1.0}), bdir)
@@ -106,7 +107,7 @@ def test_corrupt_or_foreign_baseline_is_an_error(results_file, tmp_path, capsys)
 
 
 def test_results_with_bad_samples_are_refused(tmp_path):
-    from ci.errors import DataError
+    from ci.core.errors import DataError
 
     payload = make_results({"a": 1.0}).to_json()
     payload["cases"][0]["samples"]["base"][3] = -1
@@ -170,16 +171,18 @@ def test_baseline_mode_shows_the_baselines_pick_beside_this_runs(results_file, t
 
 def test_the_core_knows_no_subject():
     """compare, report and baselines judge and show samples; block sizes, regret and TPOT rounds come from
-    the subjects (ci.kernel_subject, ci.serving_subject) through ci.subjects."""
+    the subjects (ci.kernel.subject, ci.serving.subject) through ci.core.subjects."""
     import re
 
-    from ci import subjects
+    from ci.core import subjects
 
     root = Path(compare.__file__).parent
     for name in ("compare.py", "report.py", "baselines.py", "stats.py", "subjects.py"):
         code = "\n".join(line for line in (root / name).read_text().splitlines() if not line.lstrip().startswith("#"))
         code = re.sub(r'"""[\s\S]*?"""', "", code)  # docstrings may say what the subjects are
-        assert not re.search(r"block_size|regret|\"rounds\"|ci\.spec|kernel-bench|tpot-bench", code, re.I), name
+        assert not re.search(
+            r"block_size|regret|\"rounds\"|ci\.kernel|ci\.serving|kernel-bench|tpot-bench", code, re.I
+        ), name
     plain = subjects.subject_of("some-other-kind")
     assert plain.annotate is None and plain.baseline_prefix == "" and tuple(plain.columns("ab")) == ()
     assert subjects.subject_of("tpot-bench").baseline_prefix == "tpot-"
@@ -201,19 +204,16 @@ def test_out_is_the_folder_like_every_stage_and_out_dir_still_works(results_file
 
 
 def test_judging_before_the_bench_ran_says_which_session_writes_the_results(tmp_path, capsys):
-    from ci.cli import run_main
+    from ci.core.cli import run_main
 
     assert run_main(compare.main, ["--results", str(tmp_path / "kernel-results.json")]) == ExitCode.DATA
     assert capsys.readouterr().err.strip() == (
         f"error: --results {tmp_path / 'kernel-results.json'}: no such file; run the stage that writes it first "
-        "(nox -s bench writes kernel-results.json; nox -s gpu_gate runs the whole GPU verdict)"
+        "(nox -s bench writes kernel-results.json)"
     )
     assert run_main(compare.main, ["--results", str(tmp_path / "mine.json")]) == ExitCode.DATA
     assert (
         capsys.readouterr()
         .err.strip()
-        .endswith(
-            "(nox -s bench writes kernel-results.json; nox -s tpot writes tpot-results.json; nox -s gpu_gate runs the "
-            "whole GPU verdict)"
-        )
+        .endswith("(nox -s bench writes kernel-results.json; nox -s tpot writes tpot-results.json)")
     )

@@ -1,4 +1,4 @@
-"""ci.contracts: loading a change's contract, what it may change, and its record in the manifest."""
+"""ci.trees.contracts: loading a change's contract, what it may change, and its record in the manifest."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from ci import contracts
-from ci.build import CHANGES_DIR
-from ci.errors import UsageError
+from ci.core.errors import UsageError
+from ci.trees import contracts
+from ci.trees.build import CHANGES_DIR
 
 GOOD = """
 NAME = "x"
@@ -161,18 +161,18 @@ def test_a_recorded_relative_path_is_found_from_here_or_from_the_repository(tmp_
 
 ESCAPES = [
     ("import sys\nsys.exit(0)\n", "line 1: an import other than `import math`"),
-    ("from ci import evidence\n", "line 1: an import other than `from ci import spec`"),
+    ("from ci.core import evidence\n", "line 1: an import other than `from ci.kernel import spec`"),
     (
-        "from ci import spec\nspec.pick_block_size_m = lambda *a: 8\n",
+        "from ci.kernel import spec\nspec.pick_block_size_m = lambda *a: 8\n",
         "an assignment to the attribute pick_block_size_m",
     ),
-    ("from ci import spec\nX = spec.Fraction\nY = spec.__dict__\n", "line 3: the attribute __dict__"),
+    ("from ci.kernel import spec\nX = spec.Fraction\nY = spec.__dict__\n", "line 3: the attribute __dict__"),
     ("X = ().__class__.__bases__\n", "the attribute __bases__"),
     ("X = __import__('os')\n", "the name __import__"),
     ("def fused_block_size_m(**kw):\n    import os\n    return 8\n", "an import inside a function"),
     ("def fused_block_size_m(**kw):\n    while True:\n        pass\n", "a While construct"),
     ("def fused_block_size_m(**kw):\n    global NAME\n    return 8\n", "a Global construct"),
-    ("from ci import spec\nX = spec.math\n", "line 2: spec.math, which is not one of its rules or constants"),
+    ("from ci.kernel import spec\nX = spec.math\n", "line 2: spec.math, which is not one of its rules or constants"),
     ("def f(g):\n    return g.gi_frame\n", "the attribute gi_frame (only count, endswith"),
     ("try:\n    X = 1\nexcept Exception:\n    pass\n", "a Try statement at the top level"),
     ("X = exit(0)\n", "failed to load: NameError: name 'exit' is not defined"),
@@ -189,9 +189,9 @@ def test_a_contract_cannot_reach_the_process_the_gate_or_the_host(tmp_path, text
 
 
 def test_sys_exit_in_a_contract_is_a_usage_error_and_the_build_writes_nothing(tmp_path, monkeypatch, capsys):
-    """It made ci.build exit 0 with the previous manifest in place (sys.exit(0)), or 4, read as NO_BASELINE."""
-    from ci import build
-    from ci.cli import run_main
+    """It made ci.trees.build exit 0 with the previous manifest in place (sys.exit(0)), or 4, read as NO_BASELINE."""
+    from ci.core.cli import run_main
+    from ci.trees import build
     from tests.unit.factories import AFTER, BEFORE, MOD, diff, make_release
 
     folder = tmp_path / "mine"
@@ -212,7 +212,7 @@ def test_sys_exit_in_a_contract_is_a_usage_error_and_the_build_writes_nothing(tm
 @pytest.mark.parametrize("name", ["/tmp/mine", "../../tmp/mine", "marlin-ep-m-estimate/../block-size-override",
                                   "Marlin", "x\n", ""])  # fmt: skip
 def test_change_takes_a_name_under_ci_changes_only(name):
-    from ci import build
+    from ci.trees import build
 
     with pytest.raises(UsageError) as err:
         build.patch_of(name or " ", None)
@@ -224,8 +224,8 @@ def test_each_refusal_names_the_line_and_what_a_contract_holds(tmp_path):
     with pytest.raises(contracts.ContractError) as err:
         contracts.load_contract(path)
     assert str(err.value) == (
-        f"{path}, line 12: a decorator. A contract holds only NAME = value lines, `from ci import spec`, `import "
-        "math` and rule functions of spec's rules and the env mapping they get (ci/contracts.py)"
+        f"{path}, line 12: a decorator. A contract holds only NAME = value lines, `from ci.kernel import spec`, "
+        "`import math` and rule functions of spec's rules and the env mapping they get (ci/trees/contracts.py)"
     )
     cases = {
         "def f(d):\n    d.x['a'] = 1\n": "line 12: an assignment into something other than a local name",
@@ -245,7 +245,7 @@ def test_each_refusal_names_the_line_and_what_a_contract_holds(tmp_path):
 
 
 def test_the_allowed_parts_work(tmp_path):
-    text = '"""A contract with what it may use."""\nimport math\nfrom ci import spec\n' + GOOD.replace(
+    text = '"""A contract with what it may use."""\nimport math\nfrom ci.kernel import spec\n' + GOOD.replace(
         "    return 8\n",
         "    d = {}\n    d['m'] = kw.get('m', 1)\n    return max(spec.BLOCK_SIZES_M[0], math.ceil(d['m']))\n",
     )

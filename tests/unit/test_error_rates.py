@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ci import error_rates, stats
-from ci.compare import compare_ab
-from ci.errors import UsageError
+from ci.core import stats
+from ci.core.compare import compare_ab
+from ci.core.errors import UsageError
+from ci.kernel import error_rates
 from tests.unit.factories import make_results
 
 

@@ -1,12 +1,12 @@
-"""The format registry (ci.formats) and how the bench's suites draw on it (no GPU, no vLLM)."""
+"""The format registry (ci.kernel.formats) and how the bench's suites draw on it (no GPU, no vLLM)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ci import bench, formats
-from ci.errors import UsageError
-from ci.spec import BLOCK_SIZES_M
+from ci.core.errors import UsageError
+from ci.kernel import bench, formats
+from ci.kernel.spec import BLOCK_SIZES_M
 
 
 def test_every_format_names_a_scheme_and_the_combinations_vllm_serves():

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ci import gpu, gpu_state, procs
-from ci.errors import NoGPUError
+from ci.core.errors import NoGPUError
+from ci.runner import gpu, gpu_state, procs
 
 
 def test_no_gpu_is_one_clear_error(monkeypatch):
@@ -82,16 +82,16 @@ def test_leftovers_kill_only_this_runs_processes(capsys, monkeypatch):
 
 
 def test_leftovers_without_a_run_tag_refuse_to_guess(monkeypatch):
-    from ci.cli import run_main
-    from ci.errors import ExitCode
+    from ci.core.cli import run_main
+    from ci.core.errors import ExitCode
 
     monkeypatch.delenv(procs.RUN_ID_ENV, raising=False)
     assert run_main(procs.main, ["leftovers", "--kill-own"]) == ExitCode.USAGE
 
 
 def test_cli_check_exits_with_no_gpu_code(monkeypatch):
-    from ci.cli import run_main
-    from ci.errors import ExitCode
+    from ci.core.cli import run_main
+    from ci.core.errors import ExitCode
 
     monkeypatch.setattr(gpu, "query", lambda: ("", []))
     assert run_main(gpu.main, ["check"]) == ExitCode.NO_GPU
@@ -100,7 +100,7 @@ def test_cli_check_exits_with_no_gpu_code(monkeypatch):
 def test_leftovers_spare_the_shell_that_runs_the_clean_up(tmp_path):
     """A workflow step's shell carries the job's tag too: the clean-up must not kill it (nor itself)."""
     env = {**os.environ, procs.RUN_ID_ENV: "job-c-1"}
-    script = "from ci import procs; print(sorted(pid for pid, _ in procs.own_leftovers('job-c-1')))"
+    script = "from ci.runner import procs; print(sorted(pid for pid, _ in procs.own_leftovers('job-c-1')))"
     root = Path(__file__).resolve().parents[2]
     command = ["bash", "-c", f'echo "$$"; "{sys.executable}" -c "{script}"']
     done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=root, check=True)

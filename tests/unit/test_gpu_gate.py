@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from ci import build, gpu_gate
+from ci.runner import gpu_gate
+from ci.trees import build
 from tests.unit.factories import AFTER, BEFORE, MOD, diff, kernel_results, make_release
 
 
@@ -22,7 +23,7 @@ def built(tmp_path):
 def _fake(codes: dict[str, int], seen: list, results_path=None):
     def run(step, argv, codes_map=None):
         seen.append((step.name, argv))
-        if "ci.bench" in argv and results_path is not None:
+        if "ci.kernel.bench" in argv and results_path is not None:
             results_path.parent.mkdir(parents=True, exist_ok=True)
             kernel_results().save(results_path)
         step.code = next((c for k, c in codes.items() if step.name.startswith(k)), 0)

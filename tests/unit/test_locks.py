@@ -86,7 +86,7 @@ def test_sessions_install_only_hash_locks_when_required(noxfile, monkeypatch):
 
 
 def test_gpu_sessions_use_the_release_lock_and_build_from_it(noxfile, monkeypatch):
-    from ci.sessionargs import parse_session_args
+    from ci.trees.sessionargs import parse_session_args
 
     monkeypatch.setenv(noxfile.HASHES_ENV, "1")
     session = FakeSession()

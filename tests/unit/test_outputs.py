@@ -1,11 +1,12 @@
-"""The output names of ci/outputs.py are the ones the noxfile and the workflows use."""
+"""The output names of ci/runner/outputs.py are the ones the noxfile and the workflows use."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from ci import compare, outputs
+from ci.core import compare
+from ci.runner import outputs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,7 +19,7 @@ def test_the_workflows_read_the_stages_outputs_by_their_names():
     for yml in sorted((ROOT / ".github").rglob("*.yml")):
         for path in re.findall(r"\.gate/out/[\w./-]+\.(?:json|xml|md|png)", yml.read_text()):
             found.append(path)
-            assert Path(path).name in names, f"{yml.name} reads {path}, which no stage writes (ci/outputs.py)"
+            assert Path(path).name in names, f"{yml.name} reads {path}, which no stage writes (ci/runner/outputs.py)"
     assert found, "no workflow reads a stage's output: the pattern above no longer matches them"
 
 

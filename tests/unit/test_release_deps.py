@@ -1,10 +1,10 @@
-"""ci.release_deps: the CPU tier's dependencies from a release's Requires-Dist (the rule in its docstring)."""
+"""ci.trees.release_deps: the CPU tier's dependencies from a release's Requires-Dist (the rule in its docstring)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ci import release_deps
+from ci.trees import release_deps
 
 # Lines as vLLM 0.33.0's METADATA has them (a sample of each kind).
 METADATA = """Metadata-Version: 2.4

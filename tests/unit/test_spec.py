@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ci import spec
+from ci.kernel import spec
 
 
 @pytest.mark.parametrize(
@@ -49,12 +49,12 @@ def test_align_gets_global_count():
 
 
 def test_one_model_registry_for_the_bench_the_gpu_suite_and_the_served_configs():
-    """ci.shapes is the only place a model's MoE shape is written: the bench's suite uses it at full size,
+    """ci.kernel.shapes is the only place a model's MoE shape is written: the bench's suite uses it at full size,
     the GPU suite scales it down, and the configs the TPOT stage serves must agree with it."""
     import json
-    from pathlib import Path
 
-    from ci import bench, shapes
+    from ci.kernel import bench, shapes
+    from ci.serving import config as serving_config
 
     assert bench.MODEL_SHAPES["deepseek-v3"] == (7168, 2048, 256, 8)
     assert set(bench.MODEL_SHAPES) == set(shapes.MODELS)
@@ -62,7 +62,7 @@ def test_one_model_registry_for_the_bench_the_gpu_suite_and_the_served_configs()
     assert (small.hidden, small.experts, small.topk) == (2944, 16, 4)
     assert small.note == "2880 padded to 2944 (Marlin: multiples of 128); experts scaled 128 -> 16"
     served = {"qwen3-30b-a3b-like": "qwen3-30b-a3b", "deepseek-v3-moe-shape": "deepseek-v3"}
-    models = Path(bench.__file__).parent / "models"
+    models = serving_config.MODELS_DIR
     for config_dir, model in served.items():
         c = json.loads((models / config_dir / "config.json").read_text())
         m = shapes.MODELS[model]

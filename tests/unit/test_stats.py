@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ci import stats
-from ci.stats import Verdict
+from ci.core import stats
+from ci.core.stats import Verdict
 
 
 def test_identical_runs_pass_with_ratio_one():
@@ -69,7 +69,7 @@ def test_overall_is_the_worst():
 
 def test_error_rates_at_default_repeats():
     """Simulated with the noise measured on an H200 (CV 0.2-0.7%, 3% of samples +7%): the README's numbers."""
-    from ci.bench import DEFAULT_REPEATS
+    from ci.kernel.bench import DEFAULT_REPEATS
 
     aa = stats.simulate(1.0, DEFAULT_REPEATS, trials=300, seed=11)
     slow35 = stats.simulate(1.035, DEFAULT_REPEATS, trials=300, seed=12)
@@ -174,7 +174,7 @@ def test_overall_order_incomplete_and_empty():
 def test_error_rates_with_the_capture_error_flat_and_in_blocks():
     """With the capture error measured on the H200s (SD 0.3% a capture, 1 in 63 shifted 2.8%), one capture
     per build raises false alarms at +2%; 30 blocks x 3 rounds (the bench's default) do not, and catch +3.5%."""
-    from ci.bench import DEFAULT_BLOCKS, DEFAULT_REPEATS
+    from ci.kernel.bench import DEFAULT_BLOCKS, DEFAULT_REPEATS
 
     kw = {"trials": 400, "capture_sd": stats.SIM_CAPTURE_SD}
     flat2 = stats.simulate(1.02, DEFAULT_REPEATS, seed=21, **kw)
@@ -214,7 +214,7 @@ def test_the_search_finds_every_order_statistic_the_sorted_list_holds(seed, wind
 
 FOUR_THOUSAND = """
 import math, random, resource, sys
-from ci import stats
+from ci.core import stats
 rng = random.Random(1)
 base = [100 * math.exp(rng.gauss(0, 0.004)) for _ in range(4000)]
 cand = [1.01 * x * math.exp(rng.gauss(0, 0.004)) for x in base]
@@ -232,7 +232,7 @@ def test_four_thousand_samples_are_judged_in_bounded_memory():
     import sys
 
     done = subprocess.run([sys.executable, "-c", FOUR_THOUSAND], capture_output=True, text=True, check=True,
-                          cwd=Path(stats.__file__).parents[1])  # fmt: skip
+                          cwd=Path(stats.__file__).parents[2])  # fmt: skip
     grown_kb, *numbers = done.stdout.split()
     ratio, lo, hi, shift, shift_lo, shift_hi = map(float, numbers)
     assert int(grown_kb) < 32 * 1024, f"the peak grew by {int(grown_kb) // 1024} MB"

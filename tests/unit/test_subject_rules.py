@@ -1,4 +1,4 @@
-"""What each subject says a complete run is, and the cases it refuses as evidence (ci.subjects and the two
+"""What each subject says a complete run is, and the cases it refuses as evidence (ci.core.subjects and the two
 subjects of the gate), with the messages they give; the TPOT report's rounds table against a golden file."""
 
 from __future__ import annotations
@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from ci import evidence, kernel_subject, serving_subject, subjects
-from ci.errors import DataError
-from ci.results import CaseResult, load_results
+from ci.core import evidence, subjects
+from ci.core.errors import DataError
+from ci.core.results import CaseResult, load_results
+from ci.kernel import subject as kernel_subject
+from ci.serving import subject as serving_subject
 from tests.unit.factories import kernel_results
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,7 +92,7 @@ def test_a_results_file_finds_its_cases_by_id(tmp_path):
 
 
 def test_the_stored_baseline_must_be_of_the_runs_kind_to_be_replaced(tmp_path):
-    from ci import baselines
+    from ci.core import baselines
 
     bdir = tmp_path / "b"
     path = baselines.record(_saved(kernel_results(), tmp_path / "k.json"), bdir)
@@ -107,7 +109,8 @@ def _saved(results, path):
 
 
 def test_the_change_line_comes_from_the_trees_and_the_report_shows_it(tmp_path):
-    from ci import build, contracts, provenance, report
+    from ci.core import report
+    from ci.trees import build, contracts, provenance
     from tests.unit.factories import AFTER, BEFORE, MOD, diff, make_release
 
     patch = tmp_path / "change.patch"

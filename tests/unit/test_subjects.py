@@ -1,10 +1,11 @@
-"""The subjects of the gate core (ci.subjects): the registry, and the kernel subject's report cells."""
+"""The subjects of the gate core (ci.core.subjects): the registry, and the kernel subject's report cells."""
 
 from __future__ import annotations
 
 import pytest
 
-from ci import compare, kernel_subject, subjects
+from ci.core import compare, subjects
+from ci.kernel import subject as kernel_subject
 from tests.unit.factories import blocked_results as _blocked_results
 
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from ci import serving_config as sc
-from ci import tpot
-from ci.build import FileChange, TreeManifest, Trees
-from ci.errors import DataError, ServerError
-from ci.results import load_results
-from ci.server import Server, free_port
+from ci.core.errors import DataError, ServerError
+from ci.core.results import load_results
+from ci.serving import config as sc
+from ci.serving import tpot
+from ci.serving.server import Server, free_port
+from ci.trees.build import FileChange, TreeManifest, Trees
 from tests.unit.factories import fake_tree
 
 HERE = Path(__file__).resolve().parent
@@ -188,7 +188,7 @@ def test_ab_rounds_end_to_end(standin_trees, tmp_path, monkeypatch, mode, client
 
 
 def test_unknown_model_is_a_usage_error():
-    from ci.errors import UsageError
+    from ci.core.errors import UsageError
 
     with pytest.raises(UsageError, match="qwen3-30b-a3b-like"):
         sc.model_dir("llama")
@@ -238,7 +238,7 @@ def test_failed_round_is_an_error_and_servers_stop(standin_trees, tmp_path, monk
 
 
 def test_client_of_a_vllm_without_the_bench_module_says_what_to_do(tmp_path):
-    from ci.errors import MissingDependencyError
+    from ci.core.errors import MissingDependencyError
 
     client = tpot.BenchClient(fake_tree(tmp_path / "old", bench_module=False), tmp_path / "c.log").start()
     try:
@@ -263,7 +263,7 @@ def test_decode_block_sizes_show_where_the_patch_matters_under_ep():
 
 
 def test_block_size_table_cli_needs_no_gpu_and_run_needs_its_files(capsys):
-    from ci.errors import UsageError
+    from ci.core.errors import UsageError
 
     assert tpot.main(["--block-sizes", "--profile", "pr-ep", "--dp", "2"]) == 0
     out = capsys.readouterr().out

@@ -1,11 +1,11 @@
-"""ci.treediff: what differs between two trees, with the hashes the manifest records."""
+"""ci.trees.treediff: what differs between two trees, with the hashes the manifest records."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 
-from ci import treediff
+from ci.trees import treediff
 
 
 def _sha(data: bytes) -> str:

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ci import build, jobsummary, refpatch, trust
-from ci.cli import run_main
-from ci.errors import ExitCode, PatchError, UntrustedError, UsageError
+from ci.core.cli import run_main
+from ci.core.errors import ExitCode, PatchError, UntrustedError, UsageError
+from ci.runner import jobsummary, trust
+from ci.trees import build, refpatch
 from tests.unit.factories import make_release
 
 REVIEWED = "a" * 40
@@ -208,7 +209,7 @@ def test_refs_need_a_checkout_and_make_their_own_patch(fork, tmp_path):
 
 
 def test_session_args_pass_the_refs_to_the_builder():
-    from ci.sessionargs import parse_session_args
+    from ci.trees.sessionargs import parse_session_args
 
     args = parse_session_args(["--vllm-src", "fork", "--base-ref", "origin/main", "--head-ref", "HEAD", "-k", "x"])
     assert args.build_argv == ("--vllm", "0.25.1", "--vllm-src", "fork", "--base-ref", "origin/main",

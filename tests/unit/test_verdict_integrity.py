@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from ci import baselines, build, compare, evidence, patching, stats
-from ci.cli import run_main
-from ci.errors import DataError, ExitCode, IncompleteEvidenceError, PatchError, ServerError, UsageError
-from ci.jsonio import sha256_file
-from ci.results import BenchResults, CaseResult, load_results
+from ci.core import baselines, compare, evidence, stats
+from ci.core.cli import run_main
+from ci.core.errors import DataError, ExitCode, IncompleteEvidenceError, PatchError, ServerError, UsageError
+from ci.core.jsonio import sha256_file
+from ci.core.results import BenchResults, CaseResult, load_results
+from ci.trees import build, patching
 from tests.unit.factories import BEFORE, MOD, diff, kernel_results, make_release, make_results
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -339,8 +340,8 @@ def test_rename_into_csrc_and_mode_only_patches_are_refused(tmp_path):
 
 def test_a_server_of_another_run_on_the_port_is_not_measured(tmp_path, monkeypatch):
     """The race: another run's server binds the port between our check and our server's start."""
-    from ci import server as srv
-    from ci import serving_config
+    from ci.serving import config as serving_config
+    from ci.serving import server as srv
     from tests.unit.factories import fake_tree
 
     tree = fake_tree(tmp_path / "t")
@@ -362,7 +363,7 @@ def test_a_server_of_another_run_on_the_port_is_not_measured(tmp_path, monkeypat
 def test_a_killed_gate_takes_its_servers_with_it(tmp_path):
     """SIGKILL of the process that started a server (no clean-up ran) still ends the server."""
     script = (
-        "import sys, time\nfrom pathlib import Path\nfrom ci.server import Server, free_port\n"
+        "import sys, time\nfrom pathlib import Path\nfrom ci.serving.server import Server, free_port\n"
         "s = Server('x', [sys.executable, '-c', 'import time; time.sleep(120)'], port=free_port(23000),\n"
         "           log=Path(sys.argv[1]), env={}).start()\n"
         "print(s.proc.pid, flush=True)\ntime.sleep(120)\n"
@@ -420,7 +421,7 @@ def test_the_gate_never_removes_a_verdict_file_it_did_not_write(tmp_path, capsys
     for results in (bad, ok):
         assert _gate("--results", str(results), "--out", str(out)) == ExitCode.USAGE
         assert (out / "report.md").read_text() == "my notes" and not (out / "verdict.json").exists()
-    assert "report.md there was not written by ci.compare (or changed since)" in capsys.readouterr().err
+    assert "report.md there was not written by ci.core.compare (or changed since)" in capsys.readouterr().err
     (out / "report.md").unlink()
     assert _gate("--results", str(ok), "--out", str(out)) == ExitCode.OK
     (out / "verdict.json").write_text("{}")  # its own file, changed since: no longer its own
@@ -582,7 +583,8 @@ def test_sigterm_to_nox_lets_the_stage_stop_its_servers(tmp_path):
 
 
 def test_a_busy_gpu_has_its_own_exit_code_not_no_gpu(tmp_path, monkeypatch, capsys):
-    from ci import bench, gpu
+    from ci.kernel import bench
+    from ci.runner import gpu
 
     busy = gpu.GpuInfo(index=0, name="NVIDIA H200", uuid="u", memory_total_mib=143771, memory_used_mib=120000)
     monkeypatch.setattr(bench, "load_trees", lambda manifest: None)
@@ -724,7 +726,7 @@ def test_a_suite_name_with_a_line_break_makes_no_file(tmp_path):
 
 def test_case_and_sample_counts_are_bounded_and_checked_in_linear_time(tmp_path):
     """100,000 cases: the duplicate check (list.count) gave no answer in 90 s; now a clear refusal."""
-    from ci import results as results_module
+    from ci.core import results as results_module
 
     big = make_results({})
     big.cases = [CaseResult(id=f"c{i}", unit="us", samples={"base": [1.0]}) for i in range(100_000)]
@@ -741,7 +743,7 @@ def test_case_and_sample_counts_are_bounded_and_checked_in_linear_time(tmp_path)
 
 
 def test_a_release_that_requires_a_url_is_refused():
-    from ci import release_deps
+    from ci.trees import release_deps
 
     metadata = "Metadata-Version: 2.1\nName: vllm\nRequires-Dist: torch==2.11.0\nRequires-Dist: {}\n"
     for req in ("evil @ https://example.com/evil-1.0.tar.gz", "kern @ git+https://example.com/k.git",
@@ -768,12 +770,12 @@ def test_the_marker_lists_what_the_stage_wrote_and_only_that_is_replaced(tmp_pat
     (out / compare.OUTPUTS_MARKER).write_text("[]")  # a marker that is no marker: its files are not its own
     assert _gate("--results", str(ok), "--out", str(out)) == ExitCode.USAGE
     assert capsys.readouterr().err.strip().endswith(
-        f"--out {out}: verdict.json, report.md, plot.png there were not written by ci.compare (or changed since): "
+        f"--out {out}: verdict.json, report.md, plot.png there were not written by ci.core.compare (or changed since): "
         "the stage replaces only its own files; pick another --out folder (nothing was removed)")  # fmt: skip
 
 
 def test_the_bounds_are_inclusive_and_the_messages_exact(tmp_path):
-    from ci import results as results_module
+    from ci.core import results as results_module
 
     at_most = make_results({"a": 1.0}, n=results_module.MAX_SAMPLES)
     assert len(load_results(_save(at_most, tmp_path / "max.json")).cases[0].samples["base"]) == 20_000

@@ -1,4 +1,4 @@
-"""The verdict logic piece by piece (``ci.compare``, ``ci.evidence``, ``ci.baselines``): exact values,
+"""The verdict logic piece by piece (``ci.core.compare``, ``ci.core.evidence``, ``ci.core.baselines``): exact values,
 exact messages, and each boundary, so that a changed operator or constant fails a test (the
 mutation testing of ``nox -s mutation`` found these gaps)."""
 
@@ -11,9 +11,10 @@ import stat
 
 import pytest
 
-from ci import baselines, compare, evidence, kernel_subject, stats
-from ci.errors import DataError, ExitCode, UsageError
-from ci.results import BenchResults, CaseResult, load_results
+from ci.core import baselines, compare, evidence, stats
+from ci.core.errors import DataError, ExitCode, UsageError
+from ci.core.results import BenchResults, CaseResult, load_results
+from ci.kernel import subject as kernel_subject
 from tests.unit.factories import GPU, kernel_results, make_results
 from tests.unit.factories import blocked_results as _blocked_results
 
@@ -30,7 +31,7 @@ def _save(results: BenchResults, path) -> str:
     return str(path)
 
 
-# ci.compare ------------------------------------------------------------------------------------
+# ci.core.compare ------------------------------------------------------------------------------------
 
 
 def test_a_case_without_a_build_does_not_stop_the_others_from_being_judged():
@@ -117,7 +118,7 @@ def test_failed_cases_are_fail_rows_without_timings():
     results = make_results({"a": 1.0})
     results.settings["failed_cases"] = {"b": "b: NaN in the output"}
     results.settings["expected_cases"] = ["a", "b"]
-    from ci.jsonio import dumps
+    from ci.core.jsonio import dumps
 
     rows = json.loads(dumps(compare.compare_ab(results, 0.03, 0.95).to_json()))["cases"]
     failed = next(r for r in rows if r["id"] == "b")
@@ -142,7 +143,7 @@ def test_outputs_land_in_a_new_nested_folder_with_nothing_left_behind(tmp_path, 
     assert f"gate: PASS; wrote {out / 'verdict.json'}, report.md, plot.png" in capsys.readouterr().out
 
 
-# ci.evidence -----------------------------------------------------------------------------------
+# ci.core.evidence -----------------------------------------------------------------------------------
 
 
 def test_evidence_messages(tmp_path):
@@ -232,7 +233,7 @@ def test_baseline_problems_check_only_the_compared_side_and_declared_identity():
     ]
 
 
-# ci.baselines ----------------------------------------------------------------------------------
+# ci.core.baselines ----------------------------------------------------------------------------------
 
 
 def test_record_force_replaces_and_without_it_refuses(tmp_path):
@@ -353,7 +354,7 @@ def test_suite_name_message():
 
 
 def test_baselines_cli_records_where_told_and_replaces_only_with_force(tmp_path, capsys):
-    from ci.cli import run_main
+    from ci.core.cli import run_main
 
     path = _p(make_results({"a": 1.0}), tmp_path / "r.json")
     bdir = tmp_path / "here"
@@ -397,7 +398,7 @@ def test_duplicate_case_ids_are_refused(tmp_path):
 
 
 def test_report_marks_each_verdict():
-    from ci import report
+    from ci.core import report
 
     results = make_results({"fast": 1.0, "slow": 1.10})
     results.settings["expected_cases"] = ["fast", "slow", "gone"]
@@ -410,7 +411,7 @@ def test_report_marks_each_verdict():
                             V.NO_BASELINE: "NO_BASELINE", V.INCOMPLETE: "**INCOMPLETE**"}  # fmt: skip
 
 
-# ci.results: what a results file must hold, and the file named in every refusal --------------
+# ci.core.results: what a results file must hold, and the file named in every refusal --------------
 
 
 def _payload(**changes):
@@ -481,7 +482,7 @@ def test_a_file_of_another_kind_is_not_results(tmp_path):
     path.write_text(json.dumps({"kind": "gate-verdict", "schema_version": 1}))
     with pytest.raises(DataError) as err:
         load_results(path)
-    from ci import subjects  # the kinds subjects registered (here also the tests' own)
+    from ci.core import subjects  # the kinds subjects registered (here also the tests' own)
 
     assert str(err.value) == f"{path}: not a results file (kind 'gate-verdict', should be one of {subjects.kinds()})"
     assert {"kernel-bench", "tpot-bench"} <= set(subjects.kinds())
@@ -523,7 +524,7 @@ def test_block_medians_and_their_validation():
 
 
 def test_too_few_captures_is_incomplete():
-    """The kernel bench times every case in at least ci.bench.MIN_BLOCKS fresh captures: fewer, or results
+    """The kernel bench times every case in at least ci.kernel.bench.MIN_BLOCKS fresh captures: fewer, or results
     with none recorded, are not its evidence (the synthetic subject of the other tests asks one)."""
     assert evidence.run_problems(kernel_results(blocks=6)) == []
     five = kernel_results(blocks=5, rounds=3)

@@ -7,7 +7,7 @@
   expert count (the local one when G is -1); called directly (no load known): from the capacity, as before.
 """
 
-from ci import spec
+from ci.kernel import spec
 
 NAME = "batched-tile-from-load"
 UPSTREAM = "in the spirit of vLLM PR #56744 (open)"

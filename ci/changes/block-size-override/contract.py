@@ -6,7 +6,7 @@
   its capacity rule.
 """
 
-from ci import spec
+from ci.kernel import spec
 
 NAME = "block-size-override"
 UPSTREAM = "in the spirit of vLLM PR #48067 (open)"

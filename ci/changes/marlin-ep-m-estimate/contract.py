@@ -1,10 +1,10 @@
 """Contract of the shipped change, vLLM PR #48144: re-estimate M before fused_marlin_moe picks block_size_m.
 
 Under EP (``global_num_experts != -1``) the candidate picks the block size of ``ceil(M * E / G)`` rows
-(``ci.spec``, written from the PR's words); non-EP callers and the batched path are unchanged.
+(``ci.kernel.spec``, written from the PR's words); non-EP callers and the batched path are unchanged.
 """
 
-from ci import spec
+from ci.kernel import spec
 
 NAME = "marlin-ep-m-estimate"
 UPSTREAM = "vLLM PR #48144 (merged; in 0.26.0)"

@@ -1,0 +1,90 @@
+"""Versioned JSON files: every stored result names its kind and schema version.
+
+Readers refuse a file of the wrong kind or an unknown version with a message naming the
+file and the fix (asv's ``util.load_json`` does the same); writers are atomic, so a
+crash never leaves half a baseline behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ci.core.errors import DataError
+
+_NUMBER_LIST = re.compile(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+)*)\s*\]")
+
+
+def _finite(value: Any) -> Any:
+    """Non-finite floats (an interval too wide to bound) become null: JSON has no Infinity."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def dumps(payload: dict[str, Any]) -> str:
+    """Indented JSON with each list of numbers on one line (raw samples stay one line a series)."""
+    text = json.dumps(_finite(payload), indent=1, sort_keys=True, allow_nan=False)
+    return _NUMBER_LIST.sub(lambda m: "[" + ", ".join(x.strip() for x in m[1].split(",")) + "]", text)
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    """Write ``payload`` to ``path`` atomically (temporary file + rename), diff-friendly."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(dumps(payload) + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path | str, *, kind: str | None, versions: tuple[int, ...]) -> dict[str, Any]:
+    """Read a file written by :func:`write_json`, checking its ``kind`` (``None``: any, checked by
+    the caller) and ``schema_version``."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    try:
+        payload = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not valid JSON ({exc}); the file is corrupt: re-create it") from exc
+    if not isinstance(payload, dict):
+        raise DataError(f"{path}: expected a JSON object, found {type(payload).__name__}")
+    found_kind = payload.get("kind")
+    if kind is not None and found_kind != kind:
+        raise DataError(f"{path}: expected a {kind!r} file, found kind={found_kind!r}")
+    version = payload.get("schema_version")
+    if type(version) is not int or version not in versions:  # true == 1 in Python: a version is an integer
+        raise DataError(
+            f"{path}: schema_version={version!r} is not one this gate reads {versions}; "
+            "re-create the file with this version of the gate"
+        )
+    return payload
+
+
+def require(payload: dict[str, Any], key: str, typ: type | tuple[type, ...], where: Path | str) -> Any:
+    """Return ``payload[key]``, or a :class:`DataError` naming the file, the key and what was found."""
+    if key not in payload:
+        raise DataError(f"{where}: missing field {key!r}")
+    value = payload[key]
+    if not isinstance(value, typ):
+        raise DataError(f"{where}: field {key!r} should be {typ}, found {value!r}")
+    return value

@@ -1,0 +1,98 @@
+"""What the gate's core asks of a subject (the thing measured), so the core never names one.
+
+The core (``results``, ``stats``, ``evidence``, ``compare``, ``baselines``, ``report``) judges samples
+per case and knows nothing of what a case measures. A subject, keyed by the results ``kind``
+its stage writes, says what a complete run of it is, from the gate's own definitions and never from
+what a results file claims (``expected_cases``: its suites and the run's case filter; ``min_samples``;
+``captures`` and ``min_captures``: how its samples group into fresh timing units), and adds what only it
+understands: extra report columns and verdict data per case (``annotate``), notes, Markdown under the
+table (``details``), a second plot panel (``panel``), and the file name of its baselines
+(``baseline_prefix``). A results file of a kind no subject registered is refused (``ci.core.results``).
+
+A subject is a package ``ci/<name>/`` whose module ``subject`` calls :func:`register` when imported; the
+core finds them by that convention (``tests/unit/test_core_layering.py`` checks it names none).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pkgutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+SUBJECT_MODULE = "subject"  # ci/<name>/subject.py registers the kinds its stage writes
+
+
+@dataclass
+class Annotation:
+    """A subject's additions to one case's verdict: report cells by column, data for verdict.json, notes."""
+
+    cells: dict[str, str] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _undefined(results: Any) -> list[str]:
+    from ci.core.errors import DataError
+
+    raise DataError(f"the gate defines no cases for results of kind {results.kind!r}: no complete run of it exists")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Subject:
+    kind: str
+    # results -> the case ids a complete run holds, from the gate's definitions (a GateError: not one it defines)
+    expected_cases: Callable[[Any], list[str]] = _undefined
+    min_samples: Callable[[Any], int] = lambda results: 0  # per case and judged build, beyond the core's floor
+    captures: Callable[[Any, str], int] = lambda case, side: 1  # (case, build) -> fresh timing units sampled
+    min_captures: int = 1
+    case_problems: Callable[[Any], list[str]] = lambda case: []  # what keeps a case from counting as evidence
+    baseline_prefix: str = ""
+    results_file: str = ""  # the name of the results file its stage writes, and the command that writes it
+    writer: str = ""
+    columns: Callable[[str], Sequence[str]] = lambda mode: ()  # report columns for mode "ab" / "baseline"
+    # (case, stored case or None, judged side or None) -> Annotation; stored is None in A/B mode
+    annotate: Callable[[Any, Any, str | None], Annotation] | None = None
+    details: Callable[[Any], list[str]] = lambda results: []  # Markdown lines under the table
+    panel: Callable[[Any], Callable[[Any], None] | None] = lambda results: None  # a drawer for a 2nd panel
+
+
+_REGISTRY: dict[str, Subject] = {}
+
+
+def register(subject: Subject) -> Subject:
+    _REGISTRY[subject.kind] = subject
+    return subject
+
+
+def _load() -> None:
+    import ci
+
+    for package in pkgutil.iter_modules(ci.__path__):  # imported once; each registers itself (sys.modules)
+        if package.ispkg and importlib.util.find_spec(f"ci.{package.name}.{SUBJECT_MODULE}") is not None:
+            importlib.import_module(f"ci.{package.name}.{SUBJECT_MODULE}")
+
+
+def written_by(name: str) -> str:
+    """Which command writes a results file of this name (for the message when it is missing): the subject's
+    that names it, or every subject's."""
+    _load()
+    writers = {s.results_file: s.writer for s in _REGISTRY.values() if s.results_file and s.writer}
+    if name in writers:
+        return f"{writers[name]} writes {name}"
+    return "; ".join(f"{w} writes {n}" for n, w in sorted(writers.items())) or "no subject names its results file"
+
+
+def kinds() -> tuple[str, ...]:
+    """The results kinds a subject registered: the only ones the gate reads."""
+    _load()
+    return tuple(sorted(_REGISTRY))
+
+
+def subject_of(kind: str) -> Subject:
+    """The subject of a results kind; a plain one (no extra columns, no defined cases) for a kind nobody
+    registered (``ci.core.results`` refuses such a file before it gets here)."""
+    _load()
+    return _REGISTRY.get(kind) or Subject(kind=kind)

@@ -1,0 +1,542 @@
+"""Time vLLM's fused_marlin_moe as one EP rank sees it, base vs candidate, on one GPU.
+
+Per case (model shape x EP size x tokens per rank, in one format of ``ci.kernel.formats``: GPTQ int4 unless the case
+id names another, e.g. ``nvfp4``): the rank holds ``E = G / ep`` experts and
+sees ``tokens_per_rank * ep`` DP-padded rows; ``ep = 1`` is the non-EP caller
+(``global_num_experts == -1``). Both builds are first checked to give the same output
+(bit-identical for ep = 1); a case whose outputs differ is an error, never a timing.
+
+Timing: a CUDA graph of ``calls`` consecutive calls over rotating input sets (so the L2
+cache does not flatter), replayed and timed with CUDA events, after warm-up (the first
+Marlin call JIT-compiles PTX). Two captures of the same kernels time 1-3% apart (a systematic
+error of the capture: addresses, placement), so each case is timed in ``blocks``: every block
+draws fresh input buffers, shifts the next allocations by a random pad, captures both builds
+anew in a random order, then times them for a few alternating rounds (A B, B A, ...). The
+gate's interval is taken over blocks (``ci.core.stats.blocked_effect``), so that error is inside it.
+Every ``block_size_m`` in {8, 16, 32, 48, 64} is timed too, for each heuristic's regret.
+Raw samples (microseconds per call) and each sample's block go into a versioned results file.
+
+``--inject-slowdown F`` (with ``--aa``) is how the gate's error rates are measured on a GPU
+(``ci.kernel.error_rates``): the candidate is the base build with a GPU sleep appended to each of its
+graphs, calibrated per case so that the candidate is F (e.g. 0.035) slower than the base.
+
+Usage: ``python -m ci.kernel.bench --manifest M [--suite default|quick] [--repeats 90] [--blocks 30] --out FILE``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fnmatch
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ci.core import stats
+from ci.core.cli import run_main
+from ci.core.errors import GPUBusyError, UsageError, WrongResultsError
+from ci.core.results import BenchResults, CaseResult
+from ci.kernel.formats import FORMATS_BY_NAME, Format
+from ci.kernel.shapes import MODELS
+from ci.kernel.spec import BLOCK_SIZES_M, MIN_BLOCK_SIZE_M_1_BYTE_INPUT, NON_EP
+from ci.runner import gpu
+from ci.trees import provenance
+from ci.trees.build import load_trees
+
+DEFAULT_REPEATS = 90  # timed rounds per build, over DEFAULT_BLOCKS captures (README: error rates)
+DEFAULT_BLOCKS = 30  # fresh captures per build; 30 x 3 rounds: simulated, with the measured capture error,
+# A/A and +2% never FAIL, +3.5% FAILs in 94% (20 x 3: 81%); the GPU time is to be measured on the H200
+MIN_BLOCKS = 6  # a 95% signed-rank interval over blocks needs at least 6
+BLOCK_SIZE_REPEATS = 10  # per forced block size (regret only, not gated)
+CALLS_PER_GRAPH = 10
+ROTATING_INPUTS = 4
+WARMUP_REPLAYS = 1  # per fresh graph before timing (3 until 2026-11-29: 1/3 of the GPU time, see README)
+INJECT_PILOT_ROUNDS = 10  # per case, to calibrate an injected slowdown
+SLEEP_CALIBRATION_CYCLES = 2_000_000  # torch.cuda._sleep cycles timed once per run (about 1 ms on an H200)
+EMPTY_SLEEP_NODES = 50  # empty sleep kernels in one graph, to time what one more kernel node costs
+BATCHED_MAX_TOKENS = 128  # DeepEP low latency: tokens a dispatcher may send per expert (capacity = 128 x EP)
+EP_EQUAL_BOUND = 1e-2  # rel L2 between base and candidate under EP (tiling may differ); ep = 1 must be exact
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    shape_name: str
+    hidden: int
+    intermediate: int
+    experts: int
+    topk: int
+    ep: int
+    tokens_per_rank: int
+    dtype: str = "bf16"
+    quant: str = (
+        "gptq-int4-g128"  # the 16-bit-input GPTQ int4 of every case until 2026-12-01, or a ci.kernel.formats name
+    )
+    path: str = "fused"  # "batched": DeepEP low latency, BatchedMarlinExperts.apply on rank 0
+    per_dispatcher: int = BATCHED_MAX_TOKENS  # batched: rows each dispatcher may send an expert
+
+    @property
+    def id(self) -> str:
+        where = "" if self.path == "fused" else f"batched-cap{self.capacity}/"
+        return f"{self.shape_name}/ep{self.ep}/tpr{self.tokens_per_rank}/{where}{self.quant}/{self.dtype}"
+
+    @property
+    def format(self) -> Format:
+        return FORMATS_BY_NAME.get(self.quant, GPTQ_INT4)
+
+    @property
+    def capacity(self) -> int:
+        """Batched: rows per expert, ``per_dispatcher`` from each of the ``ep`` dispatchers."""
+        return self.per_dispatcher * self.ep
+
+    @property
+    def rows(self) -> int:
+        return self.tokens_per_rank * self.ep
+
+    @property
+    def global_num_experts(self) -> int:
+        return NON_EP if self.ep == 1 and self.path == "fused" else self.experts
+
+
+GPTQ_INT4 = FORMATS_BY_NAME["gptq-int4"]
+# Real model shapes, full size (ci.kernel.shapes; the weights are random bits: no quantization cost).
+MODEL_SHAPES = {name: (m.hidden, m.intermediate, m.experts, m.topk) for name, m in MODELS.items()}
+# "batched": the DeepEP low-latency path (decode: a few tokens per expert at a large capacity).
+# "formats" (ci.kernel.formats): the FP4 formats on the models that ship them (DeepSeek-V3 as NVFP4, gpt-oss as MXFP4
+# with its biases and clamped SwiGLU) and W4A8-int8 inputs, at the EP sizes and decode loads of the int4 cases.
+# "small_capacities": the batched path where a dispatcher may send an expert only a few rows, (ep, rows per
+# dispatcher): capacities 4 to 64, where vLLM 0.25.1 picks the tiles 8, 16, 32, 48 and 64 (at the
+# capacity-1024 cases every rule picks 64).
+SUITES = {
+    "default": {"shapes": tuple(MODEL_SHAPES), "ep": (1, 2, 4, 8), "tokens": (1, 4, 8, 16, 32, 64, 128),
+                "batched": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "ep": (8,), "tokens": (1, 8, 32)},
+                "formats": ({"shape": "deepseek-v3", "quant": "nvfp4", "ep": (1, 2, 4, 8), "tokens": (1, 8, 64)},
+                            {"shape": "gpt-oss-120b", "quant": "gpt-oss-mxfp4", "ep": (1, 2, 4, 8),
+                             "tokens": (1, 8, 64)},
+                            {"shape": "qwen3-30b-a3b", "quant": "w4a8-int8", "ep": (1, 8), "tokens": (1, 8, 64)}),
+                "small_capacities": {"shapes": ("deepseek-v3",), "ep_rows": ((1, 4), (2, 4), (8, 2), (8, 4), (8, 8)),
+                                     "tokens": 1}},
+    "quick": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "ep": (1, 8), "tokens": (8, 64),
+              "batched": {"shapes": ("deepseek-v3",), "ep": (8,), "tokens": (8,)}},
+}  # fmt: skip
+
+
+def suite_cases(suite: str, pattern: str | None = None) -> list[BenchCase]:
+    if suite not in SUITES:
+        raise UsageError(f"--suite {suite!r}: unknown; choose one of {sorted(SUITES)}")
+    spec = SUITES[suite]
+    cases = [
+        BenchCase(name, *MODEL_SHAPES[name], ep=ep, tokens_per_rank=t)
+        for name in spec["shapes"]
+        for ep in spec["ep"]
+        for t in spec["tokens"]
+    ]
+    batched = spec.get("batched", {})
+    cases += [
+        BenchCase(name, *MODEL_SHAPES[name], ep=ep, tokens_per_rank=t, path="batched")
+        for name in batched.get("shapes", ())
+        for ep in batched["ep"]
+        for t in batched["tokens"]
+    ]
+    cases += [
+        BenchCase(f["shape"], *MODEL_SHAPES[f["shape"]], ep=ep, tokens_per_rank=t, quant=f["quant"])
+        for f in spec.get("formats", ())
+        for ep in f["ep"]
+        for t in f["tokens"]
+    ]
+    small = spec.get("small_capacities", {})
+    cases += [
+        BenchCase(
+            name, *MODEL_SHAPES[name], ep=ep, tokens_per_rank=small["tokens"], path="batched", per_dispatcher=rows
+        )
+        for name in small.get("shapes", ())
+        for ep, rows in small["ep_rows"]
+    ]
+    if pattern:  # one glob, or several separated by commas (a case matching any of them)
+        globs = [g for g in pattern.split(",") if g]
+        cases = [c for c in cases if any(fnmatch.fnmatch(c.id, g) for g in globs)]
+        if not cases:
+            raise UsageError(f"--cases {pattern!r} matches no case of suite {suite!r}")
+    return cases
+
+
+class CaseRunner:
+    """Builds the inputs of one case and times graphs of calls on them."""
+
+    def __init__(self, case: BenchCase, experts) -> None:
+        import torch
+
+        from ci.kernel import moe_case as mc
+
+        self.torch, self.mc, self.case = torch, mc, case
+        shape = mc.Shape(case.shape_name, case.hidden, case.intermediate, case.experts, case.topk)
+        self.view = mc.rank_view(case.experts, case.ep, 0)
+        self.experts = experts
+        self.shape = shape
+        self._callers: dict[int, object] = {}  # batched path: one BatchedMarlinExperts stand-in per build
+        self.inputs = self._route(block=0)
+
+    def _route(self, block: int) -> list:
+        routed = [self.mc.route(self.case.rows, self.shape, self.torch.bfloat16,
+                                seed=100 + ROTATING_INPUTS * block + i) for i in range(ROTATING_INPUTS)]  # fmt: skip
+        if self.case.path == "fused":
+            return routed
+        # batched: every rank's tokens routed over the global experts; rank 0 holds what reached its experts
+        return [self.mc.batched_by_expert(r.hidden, r.topk_ids, self.experts.w1.shape[0], self.case.capacity,
+                                          own_topk_ids=r.topk_ids[: self.case.tokens_per_rank],
+                                          expert_map=self.view.expert_map) for r in routed]  # fmt: skip
+
+    def start_block(self, block: int, pad_bytes: int):
+        """Fresh input buffers for ``block``, allocated after a pad of ``pad_bytes``, so neither build
+        keeps the addresses it had (return the pad: it must live as long as the block's graphs)."""
+        pad = self.torch.empty(pad_bytes, dtype=self.torch.uint8, device="cuda")
+        self.inputs = self._route(block)
+        return pad
+
+    def call(self, module, routing):
+        if self.case.path == "batched":
+            caller = self._callers.get(id(module))
+            if caller is None:
+                caller = self._callers[id(module)] = self.mc.batched_experts(
+                    module, self.experts, num_dispatchers=self.case.ep, max_num_tokens=self.case.per_dispatcher,
+                    fmt=self.case.format)  # fmt: skip
+            return self.mc.call_batched(module, caller, self.experts.w1, self.experts.w2, routing,
+                                        global_num_experts=self.case.global_num_experts,
+                                        fmt=self.case.format)  # fmt: skip
+        return self.mc.call_moe(
+            module, self.experts, routing, global_num_experts=self.case.global_num_experts,
+            expert_map=self.view.expert_map, **self.mc.format_kwargs(self.case.format),
+        )  # fmt: skip
+
+    def valid_output(self, out, routing):
+        """The rows that carry tokens (the batched path leaves padding rows unwritten)."""
+        return out if self.case.path == "fused" else out[routing.rows >= 0]
+
+    def capture(self, module, forced_bm: int | None = None, sleep_cycles: int | None = None):
+        """A CUDA graph of CALLS_PER_GRAPH calls of ``module``; ``sleep_cycles``: a GPU sleep of that many
+        cycles appended inside the graph (an injected slowdown, ``--inject-slowdown``)."""
+        torch, mc = self.torch, self.mc
+        ctx = mc.forced_block_size(module, forced_bm) if forced_bm else contextlib.nullcontext()
+        with ctx:
+            for r in self.inputs:  # warm-up outside the graph (JIT, workspace allocation)
+                self.call(module, r)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for i in range(CALLS_PER_GRAPH):
+                    self.call(module, self.inputs[i % ROTATING_INPUTS])
+                if sleep_cycles is not None:
+                    torch.cuda._sleep(sleep_cycles)
+        for _ in range(WARMUP_REPLAYS):
+            graph.replay()
+        torch.cuda.synchronize()
+        return graph
+
+    def time_us(self, graph) -> float:
+        """Microseconds per call: one replay of a graph of CALLS_PER_GRAPH calls."""
+        return replay_us(self.torch, graph) / CALLS_PER_GRAPH
+
+
+def check_outputs_agree(runner: CaseRunner, base, cand) -> dict:
+    """The correctness gate before timing: same numbers from both builds (bit-identical when ep = 1)."""
+    torch = runner.torch
+    r = runner.inputs[0]
+    a, b = runner.valid_output(runner.call(base, r), r), runner.valid_output(runner.call(cand, r), r)
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        raise WrongResultsError(f"{runner.case.id}: NaN/Inf in the output; refusing to time wrong results")
+    diff = float((a.double() - b.double()).norm() / a.double().norm().clamp_min(1e-30))
+    identical = bool(torch.equal(a, b))
+    if runner.case.global_num_experts == NON_EP and not identical:
+        raise WrongResultsError(f"{runner.case.id}: global_num_experts == -1 but candidate output != base output")
+    if diff > EP_EQUAL_BOUND:
+        raise WrongResultsError(f"{runner.case.id}: candidate differs from base (rel L2 {diff:.2e}); refusing to time")
+    return {"ok": True, "identical": identical, "rel_l2": diff}
+
+
+def picked_block_size(runner: CaseRunner, module) -> int:
+    with runner.mc.recorded_block_size(module) as seen:
+        runner.call(module, runner.inputs[0])
+    return seen[0]
+
+
+def block_plan(case_id: str, blocks: int) -> list[tuple[tuple[str, str], int]]:
+    """Per block: the order the builds are captured and timed in, and the pad (bytes) before its inputs.
+    Random but reproducible (seeded by the case id): over the blocks each build goes first about half the
+    time and sits at varying addresses."""
+    rng = random.Random(f"ep-marlin-gate:{case_id}")
+    plan = []
+    for _ in range(blocks):
+        order = ("base", "candidate") if rng.random() < 0.5 else ("candidate", "base")
+        plan.append((order, 256 * rng.randrange(1, 4096)))
+    return plan
+
+
+def sleep_cycles_for(fraction: float, base_us: float, overhead_us: float, cycles_per_us: float) -> int:
+    """GPU sleep cycles to append to a graph of CALLS_PER_GRAPH calls of ``base_us`` each so that the graph
+    is ``fraction`` slower; ``overhead_us`` (per call) is what an empty sleep kernel already adds."""
+    if not (fraction > 0 and base_us > 0 and cycles_per_us > 0 and overhead_us >= 0):
+        raise UsageError(f"an injected slowdown needs fraction, base time and sleep rate > 0 (got {fraction}, "
+                         f"{base_us} us, {cycles_per_us} cycles/us)")  # fmt: skip
+    return round(max(0.0, fraction * base_us - overhead_us) * CALLS_PER_GRAPH * cycles_per_us)
+
+
+def replay_us(torch, graph) -> float:
+    """The one timer of the bench: microseconds of one replay of a CUDA graph, between CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000.0
+
+
+def _graph_time_us(torch, graph, replays: int = 5) -> float:
+    return stats.median([replay_us(torch, graph) for _ in range(replays)])
+
+
+def sleep_calibration(torch) -> dict:
+    """The GPU sleep on this GPU now, timed in CUDA graphs: cycles per microsecond, and what one more
+    (empty) kernel node costs a graph. Once per run, away from the cases' own captures and their error."""
+    torch.cuda._sleep(1000)
+    torch.cuda.synchronize()
+    long, empties = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(long):
+        torch.cuda._sleep(SLEEP_CALIBRATION_CYCLES)
+    with torch.cuda.graph(empties):
+        for _ in range(EMPTY_SLEEP_NODES):
+            torch.cuda._sleep(0)
+    long.replay()
+    empties.replay()
+    torch.cuda.synchronize()
+    return {"cycles_per_us": SLEEP_CALIBRATION_CYCLES / _graph_time_us(torch, long),
+            "empty_sleep_us": _graph_time_us(torch, empties) / EMPTY_SLEEP_NODES}  # fmt: skip
+
+
+def calibrate_slowdown(runner, module, fraction: float, sleep: dict) -> dict:
+    """Per case: time the base graph (a pilot) and size the sleep appended to the candidate's graphs so that
+    they are ``fraction`` slower (the empty kernel's own cost is a floor: ``smallest_fraction``)."""
+    plain = runner.capture(module)
+    base_us = stats.median([runner.time_us(plain) for _ in range(INJECT_PILOT_ROUNDS)])
+    del plain
+    overhead_us = sleep["empty_sleep_us"] / CALLS_PER_GRAPH  # per call, as time_us reports
+    return {
+        "fraction": fraction,
+        "pilot_base_us": base_us,
+        "sleep_cycles": sleep_cycles_for(fraction, base_us, overhead_us, sleep["cycles_per_us"]),
+        "smallest_fraction": overhead_us / base_us,
+    }
+
+
+def runnable_block_sizes(case: BenchCase) -> tuple[int, ...]:
+    """The tiles the kernel runs for this case: with 1-byte inputs (W4A8) not those under 16 (the Marlin kernel
+    has no thread config for them: "Invalid thread config", which is why vLLM raises the tile to 16)."""
+    if case.format.input_itemsize == 1:
+        return tuple(bm for bm in BLOCK_SIZES_M if bm >= MIN_BLOCK_SIZE_M_1_BYTE_INPUT)
+    return BLOCK_SIZES_M
+
+
+def run_case(runner: CaseRunner, variants, repeats: int, blocks: int = DEFAULT_BLOCKS, *,
+             block_size_repeats: int = BLOCK_SIZE_REPEATS, inject: float = 0.0,
+             sleep: dict | None = None) -> CaseResult:  # fmt: skip
+    """Time one case in ``blocks``; ``inject`` > 0 (an A/A run): the candidate's graphs carry a GPU sleep
+    that makes them ``inject`` slower than the base (``calibrate_slowdown``)."""
+    base, cand = variants
+    modules = {v.name: v.marlin_moe for v in variants}
+    correctness = check_outputs_agree(runner, base.marlin_moe, cand.marlin_moe)
+    picks = {v.name: picked_block_size(runner, v.marlin_moe) for v in variants}
+    sleep_of: dict[str, int | None] = {"base": None, "candidate": None}
+    injected = None
+    if inject:
+        if cand.marlin_moe is not base.marlin_moe or sleep is None:
+            raise UsageError("an injected slowdown is timed in an A/A run (--aa), with the GPU's sleep calibration")
+        injected = calibrate_slowdown(runner, base.marlin_moe, inject, sleep)
+        sleep_of["candidate"] = injected["sleep_cycles"]
+    samples: dict[str, list[float]] = {"base": [], "candidate": []}
+    block_of: dict[str, list[int]] = {"base": [], "candidate": []}
+    rounds = max(1, repeats // blocks)
+    for b, (order, pad_bytes) in enumerate(block_plan(runner.case.id, blocks)):
+        pad = runner.start_block(b, pad_bytes)
+        # fresh captures, in this block's order
+        graphs = {name: runner.capture(modules[name], sleep_cycles=sleep_of[name]) for name in order}
+        for name in stats.interleaved_order(rounds, order):  # A B, B A, ...: sample i of each build is a pair
+            samples[name].append(runner.time_us(graphs[name]))
+            block_of[name].append(b)
+        del graphs, pad
+    per_bm: dict[str, list[float]] = {}
+    if block_size_repeats > 0:
+        bm_graphs = {bm: runner.capture(base.marlin_moe, forced_bm=bm) for bm in runnable_block_sizes(runner.case)}
+        for _ in range(block_size_repeats):
+            for bm, g in bm_graphs.items():
+                per_bm.setdefault(str(bm), []).append(runner.time_us(g))
+        del bm_graphs
+    extra = {"block_sizes_us": per_bm, "correctness": correctness, "blocks": block_of}
+    if injected:
+        extra["injected"] = injected
+    c = runner.case
+    return CaseResult(
+        id=c.id,
+        unit="us/call",
+        samples=samples,
+        info={
+            "shape": c.shape_name,
+            "hidden": c.hidden,
+            "intermediate": c.intermediate,
+            "global_experts": c.experts,
+            "local_experts": int(runner.view.local_ids.numel()),
+            "topk": c.topk,
+            "ep": c.ep,
+            "tokens_per_rank": c.tokens_per_rank,
+            "path": c.path,
+            **({"capacity": c.capacity} if c.path == "batched" else {}),
+            **({"format": c.quant} if c.quant in FORMATS_BY_NAME else {}),
+            "rows": c.rows,
+            "global_num_experts_arg": c.global_num_experts,
+            "quant": c.quant,
+            "dtype": c.dtype,
+            "block_size_m": picks,
+        },
+        extra=extra,
+    )
+
+
+IDENTITY_KEYS = ("shape", "hidden", "intermediate", "global_experts", "local_experts", "topk", "ep", "tokens_per_rank",
+                 "rows", "global_num_experts_arg", "quant", "dtype")  # fmt: skip
+
+
+def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bool = False,
+              case_filter: str | None = None, blocks: int = DEFAULT_BLOCKS,
+              block_size_repeats: int = BLOCK_SIZE_REPEATS, inject: float = 0.0, log=_print,
+              ) -> BenchResults:  # fmt: skip
+    """Time ``cases``; ``inject`` > 0 needs ``aa`` (the candidate is the base plus a calibrated sleep)."""
+    if inject and not aa:
+        raise UsageError("--inject-slowdown is an A/A run with a slowed candidate: pass --aa too")
+    import torch
+
+    from ci.kernel import moe_case as mc
+    from ci.trees.variants import Variant, load_variants, put_base_first
+
+    put_base_first(trees)
+    variants = load_variants(trees)
+    if aa:  # A/A: the base build against itself, to see the noise the gate must tolerate
+        variants = (variants[0], Variant("candidate", variants[0].marlin_moe))
+    sleep = sleep_calibration(torch) if inject else None
+    started, results, weights_key, experts, failed = time.time(), [], None, None, {}
+    for i, case in enumerate(cases, 1):
+        key = (case.shape_name, case.ep, case.quant)
+        if key != weights_key:
+            experts, weights_key = None, key
+            torch.cuda.empty_cache()
+            shape = mc.Shape(case.shape_name, case.hidden, case.intermediate, case.experts, case.topk)
+            local = mc.rank_view(case.experts, case.ep, 0).local_ids.numel()
+            experts = mc.random_packed_experts(shape, torch.bfloat16, local_experts=local, seed=7, fmt=case.format)
+        try:
+            result = run_case(CaseRunner(case, experts), variants, repeats, blocks,
+                              block_size_repeats=block_size_repeats, inject=inject, sleep=sleep)  # fmt: skip
+        except WrongResultsError as exc:  # the other cases still run; the gate FAILs this one
+            failed[case.id] = str(exc)
+            log(f"bench [{i}/{len(cases)}] {case.id}: NOT TIMED: {exc}")
+            continue
+        results.append(result)
+        med = {k: stats.median(v) for k, v in result.samples.items()}
+        bm = result.info["block_size_m"]
+        log(
+            f"bench [{i}/{len(cases)}] {case.id}: base {med['base']:.1f} us, candidate {med['candidate']:.1f} us "
+            f"(block_size_m {bm['base']} -> {bm['candidate']}), {time.time() - started:.0f} s"
+        )
+    return BenchResults(
+        kind="kernel-bench",
+        suite=suite,
+        provenance=provenance.collect(trees, with_cuda=True),
+        settings={
+            "repeats": repeats,
+            "blocks": blocks,
+            "rounds_per_block": max(1, repeats // blocks),
+            "block_size_repeats": block_size_repeats,
+            "calls_per_graph": CALLS_PER_GRAPH,
+            "rotating_inputs": ROTATING_INPUTS,
+            "warmup_replays": WARMUP_REPLAYS,
+            "timer": "CUDA events around a CUDA-graph replay",
+            "wall_time_s": round(time.time() - started, 1),
+            "aa": aa,
+            "candidate": _candidate_label(aa, inject),
+            "inject_slowdown": inject,
+            "sleep_calibration": sleep,
+            "expected_cases": [c.id for c in cases],
+            "complete": True,
+            "case_filter": case_filter,
+            "failed_cases": failed,
+            "identity_keys": list(IDENTITY_KEYS),
+        },
+        cases=results,
+    )
+
+
+def _candidate_label(aa: bool, inject: float) -> str:
+    if inject:
+        return f"base + a GPU sleep of {inject:.1%} (injected slowdown, A/A run)"
+    return "base (A/A run)" if aa else "candidate tree"
+
+
+def check_plan(blocks: int, repeats: int, block_size_repeats: int = BLOCK_SIZE_REPEATS, inject: float = 0.0,
+               aa: bool = False) -> None:  # fmt: skip
+    """The bench's numeric options, checked before anything is loaded (usage errors, exit 2)."""
+    if blocks < MIN_BLOCKS or repeats < blocks:
+        raise UsageError(
+            f"--blocks {blocks} --repeats {repeats}: a 95% interval over blocks needs at least "
+            f"{MIN_BLOCKS} blocks, and each block at least one round (defaults {DEFAULT_BLOCKS} and {DEFAULT_REPEATS})"
+        )
+    if block_size_repeats < 0:
+        raise UsageError(f"--block-size-repeats {block_size_repeats}: 0 (no sweep) or more")
+    if not (0 <= inject <= 0.5):
+        raise UsageError(f"--inject-slowdown {inject}: a fraction between 0 and 0.5, e.g. 0.035 for +3.5%")
+    if inject and not aa:
+        raise UsageError("--inject-slowdown is an A/A run with a slowed candidate: pass --aa too")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ci.kernel.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--manifest", type=Path, required=True, help="manifest.json of the trees (ci.trees.build)")
+    parser.add_argument("--suite", default="default", help=f"one of {sorted(SUITES)} (default %(default)s)")
+    parser.add_argument("--cases", help="only case ids matching this glob (or any of several, comma-separated), "
+                        "e.g. 'deepseek-v3/ep8/*'")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="rounds per build (%(default)s)")
+    parser.add_argument("--blocks", type=int, default=DEFAULT_BLOCKS,
+                        help="fresh captures per build, the repeats split among them (%(default)s)")  # fmt: skip
+    parser.add_argument("--out", type=Path, required=True, help="results file to write")
+    parser.add_argument("--allow-busy", action="store_true", help="time even if another process uses the GPU")
+    parser.add_argument("--aa", action="store_true", help="A/A run: time the base build against itself")
+    parser.add_argument("--inject-slowdown", type=float, default=0.0, metavar="F",
+                        help="with --aa: slow the candidate by F (0.035: +3.5%%), a calibrated GPU sleep")  # fmt: skip
+    parser.add_argument("--block-size-repeats", type=int, default=BLOCK_SIZE_REPEATS,
+                        help="timings per forced block size (regret columns); 0: no sweep (%(default)s)")  # fmt: skip
+    args = parser.parse_args(argv)
+    check_plan(args.blocks, args.repeats, args.block_size_repeats, args.inject_slowdown, args.aa)
+    cases = suite_cases(args.suite, args.cases)
+    trees = load_trees(args.manifest)
+    gpus = gpu.require_gpus()
+    busy = gpu.busy_gpus(gpus[:1])
+    if busy and not args.allow_busy:
+        raise GPUBusyError(f"the GPU is busy: {busy[0]}; wait for it, or pass --allow-busy (timings will be noisy)")
+    results = run_suite(trees, cases, args.repeats, args.suite, aa=args.aa, case_filter=args.cases,
+                        blocks=args.blocks, block_size_repeats=args.block_size_repeats,
+                        inject=args.inject_slowdown)  # fmt: skip
+    results.save(args.out)
+    print(f"bench: {len(results.cases)} cases written to {args.out}")
+    failed = results.settings["failed_cases"]
+    if failed:
+        raise WrongResultsError(
+            f"{len(failed)} case(s) not timed because the builds disagree or crashed: "
+            + "; ".join(failed.values())
+            + f" (results, with the other cases, in {args.out})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,196 @@
+"""What a TPOT run serves and sends: the shipped models, the load profiles, the block size each build
+picks in decode, and the ``vllm serve`` / ``vllm bench serve`` command lines (``ci.serving.tpot`` runs them).
+
+The model is a config shipped in ``ci/serving/models/`` (GPTQ-int4 ``quantization_config``, so the Marlin MoE
+path runs) with ``--load-format dummy`` (no weights) and the small word-level tokenizer in
+``ci/serving/models/tokenizer``. With N > 1 GPUs the server runs ``--data-parallel-size N
+--enable-expert-parallel``; ``--moe-backend marlin`` is passed where the tree's vLLM has that flag.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ci.core.errors import UsageError
+from ci.runner import procs
+
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+TOKENIZER_DIR = MODELS_DIR / "tokenizer"
+BUILDS = ("base", "candidate")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profile:
+    input_len: int
+    output_len: int
+    concurrency: int
+    prompts: int
+    rounds: int  # per build
+    warmup_prompts: int
+    max_model_len: int
+    gpu_memory_fraction: float  # per server (two share the GPUs in concurrent mode)
+    # concurrent mode: no measured round before this many seconds after the first server's launch
+    # (both servers keep warming up, in turn, until then). On the H200, TPOT ran 5% high
+    # (7.60-7.63 ms, then 7.21-7.27 ms) on both servers alike until about 310 s after the first
+    # launch, in two runs (A/B and A/A), with the SM clock (1980 MHz), temperature and host load
+    # unchanged and the power draw 3% lower; the cause is not known. Rounds measured across such
+    # a step make a broken pair, which widened the A/B's interval to [1.003, 1.029].
+    settle_s: float = 0.0
+    # decode batches captured as full CUDA graphs, no torch.compile (fast start, eager-free decode)
+    compilation_config: str = '{"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}'
+
+
+PROFILES = {
+    "pr": Profile(input_len=256, output_len=128, concurrency=16, prompts=256, rounds=8, warmup_prompts=256,
+                  max_model_len=1024, gpu_memory_fraction=0.4, settle_s=360),
+    "nightly": Profile(input_len=1024, output_len=1024, concurrency=64, prompts=640, rounds=6, warmup_prompts=64,
+                       max_model_len=4096, gpu_memory_fraction=0.4, settle_s=360),
+    # DP/EP decode where #48144 changes the pick: 128 concurrent requests over DP = EP = 2 are
+    # 64 decode tokens per rank; the padded M is 128, and with 128 experts, top-8 (qwen3-30b-a3b-like)
+    # the old rule picks 32 and the new one 16 (the ``pr`` profile's 8 tokens per rank: both 8).
+    # ``python -m ci.serving.tpot --block-sizes`` prints the table for any model, profile and DP size.
+    "pr-ep": Profile(input_len=256, output_len=128, concurrency=128, prompts=512, rounds=8, warmup_prompts=128,
+                     max_model_len=1024, gpu_memory_fraction=0.4, settle_s=360),
+    "smoke": Profile(input_len=64, output_len=32, concurrency=4, prompts=8, rounds=1, warmup_prompts=4,
+                     max_model_len=512, gpu_memory_fraction=0.3),
+}  # fmt: skip
+
+
+def case_id(model: str, profile: str, dp: int) -> str:
+    """The id of the one case of a TPOT run, and (``suite_name``) its suite."""
+    return f"{model}/dp{dp}-ep{dp if dp > 1 else 1}/{profile}"
+
+
+def suite_name(model: str, profile: str, dp: int) -> str:
+    return f"{model}-dp{dp}-{profile}"
+
+
+def parse_suite(suite: str) -> tuple[str, str, int]:
+    """(model, profile, dp) of a suite name of ``suite_name``; a :class:`UsageError` for any other name."""
+    for profile in sorted(PROFILES, key=len, reverse=True):
+        head, dash, _ = suite.rpartition(f"-{profile}")
+        model, _, dp = head.rpartition("-dp")
+        if dash and suite.endswith(f"-{profile}") and model in models() and dp.isascii() and dp.isdigit() and (
+                dp == str(int(dp)) and int(dp) >= 1):  # fmt: skip
+            return model, profile, int(dp)
+    raise UsageError(f"suite {suite!r} is not one the TPOT stage defines (MODEL-dpN-PROFILE, with a model of "
+                     f"{', '.join(models())} and a profile of {', '.join(sorted(PROFILES))})")  # fmt: skip
+
+
+def moe_shape(model: Path) -> tuple[int, int]:
+    """(routed experts, top-k) of a shipped config: what ``fused_marlin_moe`` sees per layer."""
+    config = json.loads((model / "config.json").read_text())
+    for experts_key, topk_key in (("num_experts", "num_experts_per_tok"), ("n_routed_experts", "num_experts_per_tok"),
+                                  ("num_local_experts", "num_experts_per_tok")):  # fmt: skip
+        if isinstance(config.get(experts_key), int) and isinstance(config.get(topk_key), int):
+            return config[experts_key], config[topk_key]
+    raise UsageError(f"{model / 'config.json'}: no expert count and top-k (num_experts, num_experts_per_tok)")
+
+
+def decode_block_sizes(model: Path, profile: Profile, dp: int) -> list[dict]:
+    """The ``block_size_m`` each build picks in a decode step, per tokens-per-rank (ci.kernel.spec's rules).
+
+    Under DP/EP each rank holds ``G / dp`` experts and sees ``dp * t`` padded rows (t: decode
+    tokens per rank, the largest rank's, after CUDA-graph padding). The profile's own decode
+    batch is ``ceil(concurrency / dp)`` per rank (``"profile": True`` marks it)."""
+    from ci.kernel import spec  # pure: the oracle of the CPU tier
+
+    experts, topk = moe_shape(model)
+    local = experts // dp if dp > 1 else experts
+    global_ = experts if dp > 1 else spec.NON_EP
+    own = -(-profile.concurrency // dp)
+    rows = []
+    for t in sorted({1, 2, 4, 8, 16, 32, 64, 128, own}):
+        m = t * dp
+        picks = {build: spec.expected_block_size_m(m=m, topk=topk, local_experts=local, global_experts=global_,
+                                                   input_itemsize=2, patched=build == "candidate")
+                 for build in BUILDS}  # fmt: skip
+        rows.append({"tokens_per_rank": t, "padded_m": m, "local_experts": local, "global_experts": experts,
+                     "topk": topk, **picks, "profile": t == own})  # fmt: skip
+    return rows
+
+
+def block_size_table(rows: list[dict]) -> str:
+    lines = ["| tokens per rank | padded M | local / global experts | top-k | base bm | candidate bm | |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        mark = "this profile" if r["profile"] else ""
+        lines.append(f"| {r['tokens_per_rank']} | {r['padded_m']} | {r['local_experts']} / {r['global_experts']} | "
+                     f"{r['topk']} | {r['base']} | {r['candidate']} | {mark} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def models() -> list[str]:
+    return sorted(p.name for p in MODELS_DIR.iterdir() if (p / "config.json").is_file())
+
+
+def model_dir(name: str) -> Path:
+    path = MODELS_DIR / name
+    if not (path / "config.json").is_file():
+        raise UsageError(f"--model {name!r}: no ci/serving/models/{name}/config.json; choose one of {models()}")
+    return path
+
+
+def moe_backend_flag(tree: Path) -> list[str]:
+    """``--moe-backend marlin`` where this vLLM has the flag (read from its source, not imported)."""
+    arg_utils = tree / "vllm" / "engine" / "arg_utils.py"
+    if arg_utils.is_file() and '"--moe-backend"' in arg_utils.read_text():
+        return ["--moe-backend", "marlin"]
+    return []
+
+
+def server_env(tree: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # FlashInfer is optional; its sampler needs it
+    env.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off (shared hosts)
+    env.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: config and tokenizer ship in the repo
+    env.setdefault("VLLM_NO_USAGE_STATS", "1")  # no telemetry thread in a benchmark's servers
+    return env
+
+
+def served_name(build: str) -> str:
+    """The model name a server of this run answers to: proves a port is held by this run's server."""
+    return f"gate-{procs.run_id()}-{build}"
+
+
+def serve_argv(tree: Path, model: Path, *, port: int, profile: Profile, dp: int, seed: int,
+               name: str | None = None) -> list[str]:  # fmt: skip
+    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
+            "--tokenizer", str(TOKENIZER_DIR), "--load-format", "dummy", "--port", str(port),
+            "--host", "127.0.0.1", "--seed", str(seed), "--max-model-len", str(profile.max_model_len),
+            "--gpu-memory-utilization", str(profile.gpu_memory_fraction),
+            "--max-num-seqs", str(max(profile.concurrency, 1)),
+            # every round repeats the same prompts (same seed): without prefix caching each round
+            # does the same work, instead of the first one filling the cache for the rest
+            "--no-enable-prefix-caching",
+            "--compilation-config", profile.compilation_config]  # fmt: skip
+    if dp > 1:
+        argv += ["--data-parallel-size", str(dp), "--enable-expert-parallel"]
+    if name:
+        argv += ["--served-model-name", name]
+    return argv + moe_backend_flag(tree)
+
+
+def bench_args(model: Path, *, port: int, profile: Profile, prompts: int, out: Path, seed: int,
+               name: str | None = None) -> list[str]:  # fmt: skip
+    """The arguments of ``vllm bench serve`` for one round (greedy, fixed lengths, same prompts each round).
+
+    With ``name`` the requests ask for that served model, so a server of another run on the port
+    answers 404 (failed requests, a ServerError) instead of being measured."""
+    return ["--backend", "vllm", "--model", str(model), "--tokenizer", str(TOKENIZER_DIR),
+            "--base-url", f"http://127.0.0.1:{port}", "--dataset-name", "random",
+            "--random-input-len", str(profile.input_len), "--random-output-len", str(profile.output_len),
+            "--max-concurrency", str(profile.concurrency), "--num-prompts", str(prompts), "--ignore-eos",
+            "--temperature", "0", "--disable-tqdm", "--seed", str(seed), "--save-result",
+            "--result-dir", str(out.parent), "--result-filename", out.name,
+            *(["--served-model-name", name] if name else [])]  # fmt: skip
+
+
+def bench_argv(model: Path, **kw) -> list[str]:
+    """The ``vllm bench serve`` command line (``--bench-client cli``; the tree comes from its PYTHONPATH)."""
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", *bench_args(model, **kw)]

@@ -1,0 +1,92 @@
+"""Where a result came from: GPU, driver, torch, vLLM trees, this project's commit, command, time."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import shutil
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ci.runner import gpu
+from ci.trees.build import Trees, command_line
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def project_commit() -> str:
+    """This project's git sha (with ``-dirty`` when the tree has changes), or ``unknown``."""
+    git = shutil.which("git")
+    if git is None:
+        return "unknown"
+
+    def run(*args: str) -> str:
+        done = subprocess.run([git, *args], cwd=ROOT, capture_output=True, text=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    sha = run("rev-parse", "HEAD")
+    if not sha:
+        return "unknown"
+    return sha + ("-dirty" if run("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def _dist_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+GATE_NAME = "EP-Marlin gate"  # what the reports call the gate (the core reads it from here, as recorded)
+
+
+def change_line(trees: Trees) -> str:
+    """One line for reports: the change under test, on which vLLM, and its contract (or none)."""
+    from ci.trees.contracts import NO_CONTRACT
+
+    m = trees.manifest
+    reverse = " (reverse-applied: the release holds it)" if m.reverse else ""
+    contract = m.contract["describe"] if m.contract else NO_CONTRACT
+    return f"Change under test: `{m.patch_path}` on vLLM {m.vllm_version}{reverse}; {contract}."
+
+
+def collect(trees: Trees | None = None, *, with_cuda: bool = False) -> dict:
+    """A provenance record; ``with_cuda`` adds what torch reports (imports torch)."""
+    record = {
+        "gate": GATE_NAME,
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": command_line(),
+        "project_commit": project_commit(),
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "torch": _dist_version("torch"),
+        "gpu": gpu.fingerprint(),
+    }
+    if with_cuda:
+        import torch
+
+        record["torch"] = torch.__version__
+        record["cuda"] = torch.version.cuda
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            record["device"] = {
+                "name": props.name,
+                "sm_count": props.multi_processor_count,
+                "capability": f"{props.major}.{props.minor}",
+                "memory_gib": round(props.total_memory / 2**30, 1),
+            }
+    if trees is not None:
+        m = trees.manifest
+        record["change"] = change_line(trees)
+        record["vllm"] = {
+            "version": m.vllm_version,
+            "source": m.vllm_source,
+            "patch": m.patch_path,
+            "patch_sha256": m.patch_sha256,
+            "reverse": m.reverse,
+            "changed_files": [c.__dict__ for c in m.changed_files],
+            "contract": m.contract,  # None: no rule of the change was checked (ci.trees.contracts.NO_CONTRACT)
+            "manifest_created_at": m.created_at,
+        }
+    return record

@@ -1,0 +1,43 @@
+"""The options every nox session takes after ``--`` (stdlib only: the noxfile imports it).
+
+``--vllm``, ``--vllm-src`` (with ``--base-ref``/``--head-ref``), ``--patch`` or ``--change``, ``--contract``
+and ``--reverse`` choose the vLLM and the change under test;
+``--out`` the output folder; everything else is passed through to the tool the session
+runs (pytest, the benchmark, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ci.trees.build import add_source_arguments
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionArgs:
+    vllm: str
+    build_argv: tuple[str, ...]
+    out: str | None
+    rest: tuple[str, ...]
+
+    @property
+    def installed(self) -> bool:
+        return self.vllm == "installed"
+
+
+def parse_session_args(posargs: Sequence[str]) -> SessionArgs:
+    """The source options (``ci.trees.build.add_source_arguments``, the same definitions the stages use) and
+    ``--out``; ``build_argv`` repeats the source options given, for ``python -m ci.trees.build``."""
+    parser = argparse.ArgumentParser(add_help=False)
+    source = add_source_arguments(parser)
+    parser.add_argument("--out")
+    known, rest = parser.parse_known_args(list(posargs))
+    build_argv = ["--vllm", known.vllm]
+    for action in source:
+        value, flag = getattr(known, action.dest), action.option_strings[0]
+        if flag == "--vllm" or value is None or value == action.default:
+            continue
+        build_argv += [flag] if value is True else [flag, str(value)]
+    return SessionArgs(vllm=known.vllm, build_argv=tuple(build_argv), out=known.out, rest=tuple(rest))

@@ -1,0 +1,260 @@
+"""Import vLLM's base and candidate code side by side in one process.
+
+The base tree is imported the normal way (it is first on ``sys.path``). The candidate
+differs from it only in the files that differ between the two trees (``ci.trees.treediff``: the
+manifest records them, and they are checked again here against the trees themselves), and
+both share the same compiled kernels, so the candidate is loaded as fresh module objects:
+every changed module and the entry module (``marlin_moe``) are executed from the candidate
+tree while every other import resolves to the already-imported base. Base and candidate
+then run interleaved on one GPU in one process, which is what fair A/B timing needs.
+
+Refused, at build and here, with the file named (:func:`candidate_modules`): a changed
+non-Python file, a changed package ``__init__.py``, a removed module, and a changed module
+that neither the entry module nor another changed module imports, since the candidate would
+never run it (it is not imported at all, or only through unchanged modules, which keep the
+base's). What stays out of reach: an unchanged module that imports a changed one keeps the
+base's version of it, so a change is tested where the entry module and the changed modules
+use it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from ci.core.errors import DataError, MissingDependencyError, PatchError
+from ci.trees.build import Trees
+from ci.trees.treediff import REMOVED, FileChange, differences
+
+ENTRY_MODULE = "vllm.model_executor.layers.fused_moe.experts.marlin_moe"
+
+
+def module_name(rel_path: str) -> str:
+    """``vllm/a/b.py`` -> ``vllm.a.b``."""
+    return ".".join(Path(rel_path).with_suffix("").parts)
+
+
+def _module_file(tree: Path, name: str) -> Path | None:
+    path = tree.joinpath(*name.split("."))
+    for candidate in (path / "__init__.py", path.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def direct_imports(tree: Path, name: str) -> set[str]:
+    """The ``vllm`` modules that module ``name`` of ``tree`` imports anywhere in its code (also inside
+    functions and ``try`` blocks), as its ``import`` statements name them: static, so an import by string
+    (``importlib.import_module``) is not seen, and the module then counts as not imported."""
+    import ast
+
+    path = _module_file(tree, name)
+    if path is None:
+        return set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    try:
+        parsed = ast.parse(path.read_bytes(), str(path))
+    except (SyntaxError, ValueError):
+        return found  # the import of the candidate fails then, and with it every test
+    for node in ast.walk(parsed):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            parts = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            base = ".".join([*parts, *([node.module] if node.module else [])])
+            targets = [base, *(f"{base}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for target in targets:
+            pieces = target.split(".")
+            found.update(".".join(pieces[:i]) for i in range(1, len(pieces) + 1))
+    return {m for m in found if m.split(".")[0] == "vllm" and _module_file(tree, m) is not None}
+
+
+def _import_chain(tree: Path, start: str, goal: str, limit: int = 5000) -> list[str] | None:
+    """The shortest chain of imports from ``start`` to ``goal`` in ``tree`` (None: ``goal`` is not reached)."""
+    parent: dict[str, str | None] = {start: None}
+    queue = [start]
+    while queue and len(parent) < limit:
+        current = queue.pop(0)
+        for nxt in sorted(direct_imports(tree, current)):
+            if nxt not in parent:
+                parent[nxt] = current
+                if nxt == goal:
+                    chain = [nxt]
+                    while parent[chain[-1]] is not None:
+                        chain.append(parent[chain[-1]])
+                    return chain[::-1]
+                queue.append(nxt)
+    return None
+
+
+def candidate_modules(changes: list[FileChange] | tuple[FileChange, ...], candidate: Path, *, source: str,
+                      entry: str = ENTRY_MODULE) -> list[str]:  # fmt: skip
+    """The modules to load from the candidate tree (every changed module, then the entry module), or one
+    :class:`PatchError` naming each changed file the in-process tiers could not test, and why."""
+    problems, names = [], []
+    for change in changes:
+        if not change.path.endswith(".py"):
+            problems.append(f"{change.path} is not a Python module: base and candidate share one process, which "
+                            "cannot hold two versions of it")  # fmt: skip
+        elif change.path.endswith("/__init__.py"):
+            problems.append(f"{change.path} is a package file: loading it twice in one process is unsafe")
+        elif change.what == REMOVED:
+            problems.append(f"{change.path} is removed: the candidate would still import the base's copy")
+        else:
+            names.append(module_name(change.path))
+    loaded = set(names) | {entry}
+    bound, queue = {entry}, [entry]  # what the candidate's modules import of each other, from the entry on
+    while queue:
+        for nxt in direct_imports(candidate, queue.pop()) & loaded - bound:
+            bound.add(nxt)
+            queue.append(nxt)
+    for name in sorted(set(names) - bound):
+        chain = _import_chain(candidate, entry, name)
+        how = (
+            "is not imported by " + entry
+            if chain is None
+            else "is imported only through unchanged modules (" + " -> ".join(chain) + "), which keep the base's"
+        )
+        problems.append(f"{name.replace('.', '/')}.py {how}, so the candidate would never run it")  # fmt: skip
+    if problems:
+        raise PatchError(
+            f"{source} changes what the gate's in-process tiers cannot test: " + "; ".join(problems) + ". "
+            "Test only the Marlin MoE path's modules in this gate (split the patch), or test the whole build "
+            "with --vllm installed. Nothing was changed."
+        )
+    return [*names, *([] if entry in names else [entry])]
+
+
+class _TreeFinder(importlib.abc.MetaPathFinder):
+    """Serves the named modules from ``tree``; everything else falls through to the normal path."""
+
+    def __init__(self, tree: Path, names: frozenset[str]) -> None:
+        self.tree, self.names = tree, names
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in self.names:
+            return None
+        file = self.tree / (fullname.replace(".", "/") + ".py")
+        return importlib.util.spec_from_file_location(fullname, file)
+
+
+def _parent_and_leaf(name: str) -> tuple[ModuleType, str]:
+    parent_name, _, leaf = name.rpartition(".")
+    return importlib.import_module(parent_name), leaf
+
+
+def load_modules(tree: Path, names: list[str]) -> dict[str, ModuleType]:
+    """Execute ``names`` from ``tree`` as new module objects; leave ``sys.modules`` as it was."""
+    wanted = frozenset(names)
+    parents = {n: _parent_and_leaf(n) for n in names}  # imports the parents (and what they import) first
+    saved_modules = {n: sys.modules.get(n) for n in names}
+    saved_attrs = {n: getattr(p, leaf, None) for n, (p, leaf) in parents.items()}
+    for n in names:
+        sys.modules.pop(n, None)
+    finder = _TreeFinder(tree, wanted)
+    sys.meta_path.insert(0, finder)
+    try:
+        loaded = {n: importlib.import_module(n) for n in names}
+    finally:
+        sys.meta_path.remove(finder)
+        for n in names:
+            if saved_modules[n] is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = saved_modules[n]
+            parent, leaf = parents[n]
+            if saved_attrs[n] is None:
+                if hasattr(parent, leaf):
+                    delattr(parent, leaf)
+            else:
+                setattr(parent, leaf, saved_attrs[n])
+    for n, mod in loaded.items():
+        if not Path(mod.__file__).resolve().is_relative_to(tree.resolve()):
+            raise DataError(f"{n} was loaded from {mod.__file__}, not from the tree {tree}")
+    return loaded
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One side of the A/B: ``marlin_moe`` is that side's module object."""
+
+    name: str
+    marlin_moe: ModuleType
+
+    @property
+    def fused_marlin_moe(self):
+        return self.marlin_moe.fused_marlin_moe
+
+
+# import name -> the package that provides it, where they differ (for the message below)
+PACKAGE_OF = {"cpuinfo": "py-cpuinfo", "yaml": "pyyaml", "zmq": "pyzmq", "PIL": "pillow",
+              "cv2": "opencv-python-headless", "google": "protobuf", "sklearn": "scikit-learn", "jwt": "pyjwt",
+              "dateutil": "python-dateutil"}  # fmt: skip
+
+
+def missing_module_message(module: str, version: str, tree: Path) -> str:
+    """One clear line for a dependency the vLLM under test imports and this environment lacks."""
+    top = module.split(".")[0]
+    package = PACKAGE_OF.get(top, top.replace("_", "-"))
+    return (
+        f"vLLM {version} (the trees in {tree.parent}) imports {module!r}, which this environment does not have "
+        f"(package {package!r}): the environment was made for another vLLM release. Run the CPU tier in an "
+        f"environment made from vLLM {version}'s own Requires-Dist: nox -s \"tests_release(release='{version}')\" "
+        "(add the release to FOLLOWED_RELEASES in noxfile.py if it is not listed), or `pip install "
+        f"{package}` here for this one module"
+    )
+
+
+def check_base_importable(trees: Trees) -> ModuleType:
+    """Import the entry module and check it comes from the base tree, not some other vLLM. A dependency
+    vLLM imports that is not installed is one :class:`MissingDependencyError` naming it and the fix."""
+    try:
+        module = importlib.import_module(ENTRY_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name == "vllm" or exc.name.startswith("vllm."):
+            raise
+        raise MissingDependencyError(missing_module_message(exc.name, trees.manifest.vllm_version, trees.base)) from exc
+    if not Path(module.__file__).resolve().is_relative_to(trees.base.resolve()):
+        raise DataError(
+            f"vLLM was imported from {module.__file__}, not from the base tree {trees.base}: "
+            "put the base tree first on sys.path (the test and bench entry points do this)"
+        )
+    return module
+
+
+def load_candidate(trees: Trees) -> ModuleType:
+    """The candidate's entry module, with every changed module loaded from its tree. What the candidate loads
+    comes from the trees themselves, which must still differ exactly as the manifest says."""
+    found = tuple(differences(trees.base, trees.candidate))
+    if found != trees.manifest.changed_files:
+        raise DataError(
+            f"{trees.manifest_path}: the trees no longer differ as the manifest records (now: "
+            f"{', '.join(c.path for c in found) or 'nothing'}): something changed them after the build; rebuild "
+            "them (nox -s build, or rerun the session)"
+        )
+    names = candidate_modules(found, trees.candidate, source=str(trees.manifest.patch_path))
+    return load_modules(trees.candidate, names)[ENTRY_MODULE]
+
+
+def load_variants(trees: Trees) -> tuple[Variant, Variant]:
+    """The base and candidate ``marlin_moe`` modules; the base tree must be first on ``sys.path``."""
+    base = check_base_importable(trees)
+    return Variant("base", base), Variant("candidate", load_candidate(trees))
+
+
+def put_base_first(trees: Trees) -> None:
+    """Make the base tree the ``vllm`` that ``import vllm`` finds; refuse if another is already imported."""
+    already = sys.modules.get("vllm")
+    if already is not None and not Path(already.__file__).resolve().is_relative_to(trees.base.resolve()):
+        raise DataError(f"vllm is already imported from {already.__file__}; start a fresh process")
+    base = str(trees.base)
+    if base not in sys.path:
+        sys.path.insert(0, base)

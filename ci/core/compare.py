@@ -98,25 +98,15 @@ def _notes(*samples: Sequence[float]) -> list[str]:
 def block_medians(case: CaseResult, side: str) -> list[float] | None:
     """The median of each block of ``side`` (``extra.blocks``: the block of every sample), or None for
     results timed in one capture (a single block, or none recorded)."""
-    blocks = case.extra.get("blocks")
-    if blocks is None:
-        return None
-    ids = blocks.get(side) if isinstance(blocks, dict) else None
-    samples = case.samples[side]
-    if not isinstance(ids, list) or len(ids) != len(samples) or not all(isinstance(b, int) for b in ids):
-        raise DataError(f"case {case.id}: extra.blocks[{side!r}] should give the block of each of its samples")
-    return stats.block_medians(samples, ids) if len(set(ids)) > 1 else None
+    ids = subjects.capture_ids(case, side)
+    return stats.block_medians(case.samples[side], ids) if ids is not None and len(set(ids)) > 1 else None
 
 
 def _jitter(case: CaseResult, side: str) -> list[float]:
     """What the noise note looks at: the samples, or for blocked results their spread within a block (the
     blocks differ by design: fresh inputs, addresses and captures)."""
-    samples = case.samples[side]
-    blocks = case.extra.get("blocks")
-    ids = blocks.get(side) if isinstance(blocks, dict) else None
-    if isinstance(ids, list) and len(ids) == len(samples) and len(set(ids)) > 1:
-        return stats.within_blocks(samples, ids)
-    return samples
+    samples, ids = case.samples[side], subjects.capture_ids(case, side)
+    return stats.within_blocks(samples, ids) if ids is not None and len(set(ids)) > 1 else samples
 
 
 def _judge(case: CaseResult, ref: list[float], got: list[float], effect: stats.Effect, threshold: float,
@@ -200,7 +190,7 @@ def compare_baseline(
 def _same_blocks(stored: CaseResult, case: CaseResult, side: str) -> bool:
     """Both runs timed ``side`` in the same blocks (ids 0..n-1 alike): a stage that seeds block b's inputs,
     order and pad by case id and b (the kernel bench does) gives block b of two runs the same work."""
-    ids = [set(c.extra["blocks"][side]) for c in (stored, case)]
+    ids = [set(subjects.capture_ids(c, side) or ()) for c in (stored, case)]
     return ids[0] == ids[1]
 
 

@@ -84,8 +84,9 @@ def run_problems(results: BenchResults, *, sides: tuple[str, ...] = ("base", "ca
     problems += _case_set_problems(results, subject)
     try:
         floor = max(MIN_SAMPLES, subject.min_samples(results))
+        least_captures = subject.min_captures(results)
     except GateError:
-        floor = MIN_SAMPLES  # the suite is not one the subject defines: said above
+        floor, least_captures = MIN_SAMPLES, 1  # the suite is not one the subject defines: said above
     for case in results.cases:
         for side in sides:
             n = len(case.samples.get(side, []))
@@ -93,8 +94,8 @@ def run_problems(results: BenchResults, *, sides: tuple[str, ...] = ("base", "ca
                 problems.append(f"case {case.id}: no samples of build {side!r}")
             elif n < floor:
                 problems.append(f"case {case.id}: {n} sample(s) of {side!r}, at least {floor} are needed")
-            elif (k := subject.captures(case, side)) < subject.min_captures:
-                problems.append(f"case {case.id}: {k} capture(s) of {side!r}, at least {subject.min_captures} are "
+            elif (k := subjects.captures(case, side)) < least_captures:
+                problems.append(f"case {case.id}: {k} capture(s) of {side!r}, at least {least_captures} are "
                                 "needed (the interval is over captures)")  # fmt: skip
         problems += [f"case {case.id}: {p}" for p in subject.case_problems(case)]
     return problems

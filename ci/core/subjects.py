@@ -4,7 +4,7 @@ The core (``results``, ``stats``, ``evidence``, ``compare``, ``baselines``, ``re
 per case and knows nothing of what a case measures. A subject, keyed by the results ``kind``
 its stage writes, says what a complete run of it is, from the gate's own definitions and never from
 what a results file claims (``expected_cases``: its suites and the run's case filter; ``min_samples``;
-``captures`` and ``min_captures``: how its samples group into fresh timing units), and adds what only it
+``min_captures``: how many fresh timing units, ``extra.blocks``, each build needs), and adds what only it
 understands: extra report columns and verdict data per case (``annotate``), notes, Markdown under the
 table (``details``), a second plot panel (``panel``), and the file name of its baselines
 (``baseline_prefix``). A results file of a kind no subject registered is refused (``ci.core.results``).
@@ -46,8 +46,8 @@ class Subject:
     # results -> the case ids a complete run holds, from the gate's definitions (a GateError: not one it defines)
     expected_cases: Callable[[Any], list[str]] = _undefined
     min_samples: Callable[[Any], int] = lambda results: 0  # per case and judged build, beyond the core's floor
-    captures: Callable[[Any, str], int] = lambda case, side: 1  # (case, build) -> fresh timing units sampled
-    min_captures: int = 1
+    # results -> the fresh timing units (captures, ``extra.blocks``) each judged build needs in each case
+    min_captures: Callable[[Any], int] = lambda results: 1
     case_problems: Callable[[Any], list[str]] = lambda case: []  # what keeps a case from counting as evidence
     baseline_prefix: str = ""
     results_file: str = ""  # the name of the results file its stage writes, and the command that writes it
@@ -73,6 +73,27 @@ def _load() -> None:
     for package in pkgutil.iter_modules(ci.__path__):  # imported once; each registers itself (sys.modules)
         if package.ispkg and importlib.util.find_spec(f"ci.{package.name}.{SUBJECT_MODULE}") is not None:
             importlib.import_module(f"ci.{package.name}.{SUBJECT_MODULE}")
+
+
+def capture_ids(case: Any, side: str) -> list[int] | None:
+    """The capture of each sample of ``side`` (``extra.blocks[side]``: fresh timing units, e.g. a CUDA-graph
+    capture or a pair of server launches), or None: the file records none (one capture)."""
+    from ci.core.errors import DataError
+
+    blocks = case.extra.get("blocks")
+    if blocks is None:
+        return None
+    ids = blocks.get(side) if isinstance(blocks, dict) else None
+    samples = case.samples.get(side, [])
+    if not isinstance(ids, list) or len(ids) != len(samples) or not all(type(b) is int for b in ids):
+        raise DataError(f"case {case.id}: extra.blocks[{side!r}] should give the capture of each of its samples")
+    return ids
+
+
+def captures(case: Any, side: str) -> int:
+    """How many fresh captures ``side`` of ``case`` was sampled in (none recorded: one)."""
+    ids = capture_ids(case, side)
+    return 1 if ids is None else len(set(ids))
 
 
 def written_by(name: str) -> str:

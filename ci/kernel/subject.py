@@ -56,24 +56,6 @@ def expected_cases(results) -> list[str]:
         raise DataError(f"settings.case_filter: {exc}") from exc
 
 
-def capture_ids(case: CaseResult, side: str) -> list[int] | None:
-    """The capture (``extra.blocks``) of each sample of ``side``, or None: the file records none."""
-    blocks = case.extra.get("blocks")
-    if blocks is None:
-        return None
-    ids = blocks.get(side) if isinstance(blocks, dict) else None
-    samples = case.samples.get(side, [])
-    if not isinstance(ids, list) or len(ids) != len(samples) or not all(type(b) is int for b in ids):
-        raise DataError(f"case {case.id}: extra.blocks[{side!r}] should give the block of each of its samples")
-    return ids
-
-
-def captures(case: CaseResult, side: str) -> int:
-    """How many fresh captures ``side`` of ``case`` was timed in (none recorded: one)."""
-    ids = capture_ids(case, side)
-    return 1 if ids is None else len(set(ids))
-
-
 def case_problems(case: CaseResult) -> list[str]:
     """A case whose builds' outputs disagreed is no timing evidence (the bench records the check it ran)."""
     correctness = case.extra.get("correctness")
@@ -164,7 +146,7 @@ def panel(results):
     # pragma: no mutate end
 
 
-SUBJECT = register(Subject(kind=KIND, expected_cases=expected_cases, captures=captures, min_captures=MIN_BLOCKS,
+SUBJECT = register(Subject(kind=KIND, expected_cases=expected_cases, min_captures=lambda results: MIN_BLOCKS,
                            case_problems=case_problems, columns=columns, annotate=annotate, panel=panel,
                            results_file=outputs.KERNEL_RESULTS,
                            writer=outputs.WRITERS[outputs.KERNEL_RESULTS]))  # fmt: skip

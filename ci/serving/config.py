@@ -28,34 +28,46 @@ class Profile:
     input_len: int
     output_len: int
     concurrency: int
-    prompts: int
-    rounds: int  # per build
-    warmup_prompts: int
+    prompts: int  # per round
+    # The unit of evidence is a pair of server launches (one per build): a server's launch fixes its
+    # memory placement and start order, which moved TPOT by 0.2-0.5% (one H200) and 2.8% (DP = 2)
+    # between the builds of one pair, more than rounds inside a launch vary. A run makes ``launches``
+    # pairs, alternating which build starts first, and ``rounds`` rounds of each build inside each
+    # launch pair; the interval is over the pairs (ci.core.stats.blocked_effect).
+    launches: int
+    rounds: int  # per build and launch pair
+    warmup_prompts: int  # one run of these per server launch, unmeasured
     max_model_len: int
     gpu_memory_fraction: float  # per server (two share the GPUs in concurrent mode)
-    # concurrent mode: no measured round before this many seconds after the first server's launch
-    # (both servers keep warming up, in turn, until then). On the H200, TPOT ran 5% high
-    # (7.60-7.63 ms, then 7.21-7.27 ms) on both servers alike until about 310 s after the first
-    # launch, in two runs (A/B and A/A), with the SM clock (1980 MHz), temperature and host load
-    # unchanged and the power draw 3% lower; the cause is not known. Rounds measured across such
-    # a step make a broken pair, which widened the A/B's interval to [1.003, 1.029].
-    settle_s: float = 0.0
+    # Settling, after the warm-up: short runs of ``settle_prompts``, the two servers in turn, until the
+    # median TPOT of each server's last ``settle_window`` runs lies within ``settle_tolerance`` (max/min - 1),
+    # or ``settle_max_s`` after the pair's first launch (then the launch records settled: false).
+    settle_prompts: int = 32
+    settle_window: int = 3
+    settle_tolerance: float = 0.01
+    settle_max_s: float = 0.0  # 0: no settling runs
     # decode batches captured as full CUDA graphs, no torch.compile (fast start, eager-free decode)
     compilation_config: str = '{"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}'
 
+    @property
+    def rounds_per_build(self) -> int:
+        return self.launches * self.rounds
+
 
 PROFILES = {
-    "pr": Profile(input_len=256, output_len=128, concurrency=16, prompts=256, rounds=8, warmup_prompts=256,
-                  max_model_len=1024, gpu_memory_fraction=0.4, settle_s=360),
-    "nightly": Profile(input_len=1024, output_len=1024, concurrency=64, prompts=640, rounds=6, warmup_prompts=64,
-                       max_model_len=4096, gpu_memory_fraction=0.4, settle_s=360),
+    "pr": Profile(input_len=256, output_len=128, concurrency=16, prompts=128, launches=6, rounds=2,
+                  warmup_prompts=64, max_model_len=1024, gpu_memory_fraction=0.4, settle_max_s=120),
+    "nightly": Profile(input_len=1024, output_len=1024, concurrency=64, prompts=320, launches=6, rounds=1,
+                       warmup_prompts=64, max_model_len=4096, gpu_memory_fraction=0.4, settle_prompts=64,
+                       settle_max_s=180),
     # DP/EP decode where #48144 changes the pick: 128 concurrent requests over DP = EP = 2 are
     # 64 decode tokens per rank; the padded M is 128, and with 128 experts, top-8 (qwen3-30b-a3b-like)
     # the old rule picks 32 and the new one 16 (the ``pr`` profile's 8 tokens per rank: both 8).
     # ``python -m ci.serving.tpot --block-sizes`` prints the table for any model, profile and DP size.
-    "pr-ep": Profile(input_len=256, output_len=128, concurrency=128, prompts=512, rounds=8, warmup_prompts=128,
-                     max_model_len=1024, gpu_memory_fraction=0.4, settle_s=360),
-    "smoke": Profile(input_len=64, output_len=32, concurrency=4, prompts=8, rounds=1, warmup_prompts=4,
+    "pr-ep": Profile(input_len=256, output_len=128, concurrency=128, prompts=256, launches=6, rounds=2,
+                     warmup_prompts=128, max_model_len=1024, gpu_memory_fraction=0.4, settle_prompts=128,
+                     settle_max_s=120),
+    "smoke": Profile(input_len=64, output_len=32, concurrency=4, prompts=8, launches=1, rounds=1, warmup_prompts=4,
                      max_model_len=512, gpu_memory_fraction=0.3),
 }  # fmt: skip
 

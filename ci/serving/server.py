@@ -63,6 +63,36 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text[-lines:])
 
 
+ITL_METRICS = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")  # newer name first
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """``{"itl_sum_s": ..., "itl_count": ...}`` of the first of ``ITL_METRICS`` the text has, summed over its
+    label sets; {} when it has none."""
+    for name in ITL_METRICS:
+        total = {"_sum": 0.0, "_count": 0.0}
+        seen = False
+        for line in text.splitlines():
+            for suffix in total:
+                head = name + suffix
+                if line.startswith(head) and line[len(head) : len(head) + 1] in ("{", " "):
+                    try:
+                        total[suffix] += float(line.rsplit(" ", 1)[1])
+                    except ValueError:
+                        continue
+                    seen = True
+        if seen:
+            return {"itl_sum_s": total["_sum"], "itl_count": total["_count"]}
+    return {}
+
+
+def server_itl_ms(before: dict[str, float], after: dict[str, float]) -> float | None:
+    """The server's mean inter-token latency between two scrapes (ms), or None without both."""
+    if not before or not after or after["itl_count"] <= before["itl_count"]:
+        return None
+    return 1000 * (after["itl_sum_s"] - before["itl_sum_s"]) / (after["itl_count"] - before["itl_count"])
+
+
 class Server:
     """``with Server(...) as s: s.wait_healthy(timeout)`` — always stopped on exit."""
 
@@ -98,6 +128,16 @@ class Server:
                 return resp.status == 200
         except (urllib.error.URLError, OSError):
             return False
+
+    def metrics(self) -> dict[str, float]:
+        """The server's own decode timing so far, from ``/metrics`` (Prometheus text): the sum and count of
+        its inter-token latency histogram over every label set (engines, models); {} where it has none."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as resp:
+                text = resp.read().decode(errors="replace")
+        except (urllib.error.URLError, OSError):
+            return {}
+        return parse_metrics(text)
 
     def wait_healthy(self, timeout_s: float) -> float:
         """Seconds until /health answered 200; a :class:`ServerError` if it died or timed out."""

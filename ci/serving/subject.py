@@ -1,9 +1,11 @@
 """End-to-end serving (``ci.serving.tpot``: ``vllm serve`` + ``vllm bench serve``) as a subject of the gate core
 (``ci.core.subjects``): its baselines are ``tpot-<suite>.json``, and under the verdict table the report lists
-every round in the order run, with the machine's state where recorded.
+every launch pair (start order, start-up, settling, the pair's ratio) and every round in the order run,
+with the server's own inter-token latency and the machine's state where recorded.
 
 A complete run is the one case its suite names (model, DP size, profile: ``ci.serving.config``) with the
-profile's rounds of each build, from one pair of server launches."""
+profile's rounds of each build in each of its launch pairs; the launch pair of each round is its capture
+(``extra.blocks``), so the interval is over launch pairs."""
 
 from __future__ import annotations
 
@@ -15,16 +17,53 @@ from ci.serving import config as serving_config
 KIND = "tpot-bench"
 
 
+def _launch_lines(case) -> list[str]:
+    """One row per launch pair: who started first, start-up and settling, the pair's medians and ratio."""
+    launches = (case.extra.get("timeline") or {}).get("launches") or []
+    rounds = case.extra.get("rounds") or []
+    if not launches:
+        return []
+    lines = ["", f"Launch pairs of {case.id} (the interval is over these):", "",
+             "| pair | started first | start-up s (base / candidate) | settling runs (s, settled) | "
+             "base median TPOT | candidate median TPOT | candidate / base | server ITL ratio |",
+             "|---:|---|---|---|---:|---:|---:|---:|"]  # fmt: skip
+
+    def med(xs):
+        xs = sorted(x for x in xs if x is not None)
+        return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2 if xs else None
+
+    for rec in launches:
+        n = rec.get("launch")
+        mine = [r for r in rounds if r.get("launch") == n]
+        tpot = {b: med([r["median_tpot_ms"] for r in mine if r["build"] == b]) for b in serving_config.BUILDS}
+        itl = {b: med([r.get("server_itl_ms") for r in mine if r["build"] == b]) for b in serving_config.BUILDS}
+        start = rec.get("startup_s") or {}
+        settles = rec.get("settle") or []
+        settle = ", ".join(f"{s['runs']} ({s['seconds']:.0f} s, {'yes' if s['settled'] else 'no'})" for s in settles)
+
+        def ratio(d):
+            return f"{d['candidate'] / d['base']:.4f}" if d["base"] and d["candidate"] else "-"
+
+        def ms(x):
+            return "-" if x is None else f"{x:.3f}"
+
+        lines.append(f"| {n} | {(rec.get('order') or ['-'])[0]} | {start.get('base', '-')} / "
+                     f"{start.get('candidate', '-')} | {settle or '-'} | {ms(tpot['base'])} | "
+                     f"{ms(tpot['candidate'])} | {ratio(tpot)} | {ratio(itl)} |")  # fmt: skip
+    return lines
+
+
 def details(results) -> list[str]:
     lines: list[str] = []
     for case in results.cases:
         rounds = case.extra.get("rounds") or []
         if not rounds:
             continue
+        lines += _launch_lines(case)
         lines += ["", f"Rounds of {case.id} (in the order run):", "",
-                  "| # | build | median TPOT (ms) | mean TPOT (ms) | median TTFT (ms) | output tok/s | SM clock (MHz) "
-                  "| power (W) | host load |",
-                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+                  "| # | pair | build | median TPOT (ms) | server ITL (ms) | mean TPOT (ms) | median TTFT (ms) "
+                  "| output tok/s | SM clock (MHz) | power (W) | host load |",
+                  "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
         for i, r in enumerate(rounds, 1):
             m = r.get("machine") or {}
 
@@ -33,8 +72,10 @@ def details(results) -> list[str]:
                 return f"{values[0]:.0f}" if values else "-"
 
             load = m.get("load_1min")
+            itl = r.get("server_itl_ms")
             lines.append(
-                f"| {i} | {r['build']} | {r['median_tpot_ms']:.3f} | {r['mean_tpot_ms']:.3f} | "
+                f"| {i} | {r.get('launch', 0)} | {r['build']} | {r['median_tpot_ms']:.3f} | "
+                f"{'-' if itl is None else f'{itl:.3f}'} | {r['mean_tpot_ms']:.3f} | "
                 f"{r['median_ttft_ms']:.1f} | {r['output_throughput']:.0f} | {first('sm_clock_mhz')} | "
                 f"{first('power_draw_w')} | {'-' if load is None else f'{load:.2f}'} |"
             )
@@ -67,12 +108,23 @@ def expected_cases(results) -> list[str]:
     return [serving_config.case_id(*_parse(results))]
 
 
+def _profile(results) -> serving_config.Profile:
+    """The profile the gate defines for the suite: a run with fewer launch pairs or rounds than it
+    (``--launches``, ``--rounds-per-launch``) is not a complete run of the suite."""
+    return serving_config.PROFILES[_parse(results)[1]]
+
+
 def min_samples(results) -> int:
-    """The rounds of each build the profile of the suite runs."""
-    return serving_config.PROFILES[_parse(results)[1]].rounds
+    """The rounds of each build the profile of the suite runs (over all its launch pairs)."""
+    return _profile(results).rounds_per_build
 
 
-SUBJECT = register(Subject(kind=KIND, expected_cases=expected_cases, min_samples=min_samples,
+def min_captures(results) -> int:
+    """The launch pairs the profile of the suite runs: each is one capture of both builds."""
+    return _profile(results).launches
+
+
+SUBJECT = register(Subject(kind=KIND, expected_cases=expected_cases, min_samples=min_samples, min_captures=min_captures,
                            case_problems=case_problems, baseline_prefix="tpot-", details=details,
                            results_file=outputs.TPOT_RESULTS,
                            writer=outputs.WRITERS[outputs.TPOT_RESULTS]))  # fmt: skip

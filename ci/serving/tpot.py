@@ -3,15 +3,19 @@
 What is served and sent (models, profiles, command lines) is ``ci.serving.config``; this module
 starts the servers, drives the client, schedules the rounds and writes the results.
 
-Rounds alternate builds (base, candidate, candidate, base, ...); each round is one
-``vllm bench serve`` run and contributes its median TPOT. By default one client process
+The unit of evidence is a launch pair: both servers started (which one first alternates per pair),
+warmed up, settled (short runs until each server's TPOT is stable, ``ci.serving.config.Profile``),
+then the pair's rounds, alternating builds (a, b, b, a), then both stopped. Each round is one
+``vllm bench serve`` run and contributes its median TPOT; the launch pair of each round is its
+capture (``extra.blocks``), so ``ci.core.compare`` takes the interval over launch pairs with the
+same blocked statistics as the kernel bench. The server's own mean inter-token latency
+(``/metrics``) is recorded beside each round. By default one client process
 (``ci/serving/bench_client.py``: vLLM's own ``vllm.benchmarks.serve``, imported once, from the base
 tree) runs every round, so a round costs its measurement and not a vLLM import; the same
 instrument measures both builds. ``--bench-client cli`` runs the ``vllm bench serve`` command
-from the measured build's tree instead, one process per round. Both servers stay up side by side
+from the measured build's tree instead, one process per round. A pair's servers stay up side by side
 (``--server-mode concurrent``, each given a share of GPU memory, started one after the
-other) or are started anew for every round (``sequential``). Results use the kernel
-benchmark's schema, so ``ci.core.compare`` judges them with the same statistics.
+other) or run one after the other, each alone on the GPU (``sequential``).
 
 Usage: ``python -m ci.serving.tpot --manifest M [--model qwen3-30b-a3b-like] [--profile pr] [--dp N] --out FILE``;
 ``python -m ci.serving.tpot --block-sizes --profile pr-ep --dp 2`` prints the block size each build picks in decode.
@@ -54,7 +58,7 @@ from ci.serving.config import (
     server_env,
     suite_name,
 )
-from ci.serving.server import Server, free_port, log_tail
+from ci.serving.server import Server, free_port, log_tail, server_itl_ms
 from ci.trees import provenance
 from ci.trees.build import Trees, load_trees, sha256_file
 
@@ -67,6 +71,9 @@ CLIENT_SCRIPT = Path(__file__).resolve().parent / "bench_client.py"
 # what makes two TPOT runs comparable (ci.core.evidence checks them against a baseline)
 IDENTITY_KEYS = ("model", "model_config_sha256", "dp", "expert_parallel", "profile", "server_mode")
 CLIENT_IMPORT_TIMEOUT_S = 600.0
+# profile fields a run may override (flag: field, type, least value); the results record the profile as run
+PROFILE_OVERRIDES = {"--launches": ("launches", int, 1), "--rounds-per-launch": ("rounds", int, 1),
+                     "--settle-max-s": ("settle_max_s", float, 0.0)}  # fmt: skip
 ROUND_TIMEOUT_S = 3600.0  # one vllm bench serve run; the nightly profile takes a few minutes
 
 
@@ -80,6 +87,8 @@ class RoundResult:
     completed: int
     failed: int
     machine: dict | None = None  # GPU clock, power, temperature and host load during the round (medians)
+    launch: int = 0  # the launch pair the round was measured in
+    server_itl_ms: float | None = None  # the server's own mean inter-token latency over the round (/metrics)
 
 
 class BenchClient:
@@ -164,9 +173,29 @@ def parse_bench_result(path: Path, build: str) -> RoundResult:
                        failed=failed)  # fmt: skip
 
 
-def round_order(rounds: int) -> list[str]:
-    """Interleaved builds, balanced against drift: base cand | cand base | base cand ..."""
-    return stats.interleaved_order(rounds, BUILDS)
+def launch_order(launch: int) -> tuple[str, str]:
+    """Which build starts first in launch pair ``launch``: base in even pairs, candidate in odd ones, so
+    start order and memory placement are balanced over an even number of pairs."""
+    return BUILDS if launch % 2 == 0 else BUILDS[::-1]
+
+
+def round_order(rounds: int, first: Sequence[str] = BUILDS) -> list[str]:
+    """The rounds of one launch pair, balanced against drift: a b b a a b ... (``first`` starts)."""
+    return stats.interleaved_order(rounds, tuple(first))
+
+
+def run_order(profile: Profile, mode: str = "concurrent") -> list[tuple[int, str]]:
+    """Every round of a run as (launch pair, build), in the order measured: concurrent mode interleaves a
+    pair's rounds, sequential mode runs each server's rounds while it is up alone."""
+    if mode == "sequential":
+        return [(p, b) for p in range(profile.launches) for b in launch_order(p) for _ in range(profile.rounds)]
+    return [(p, b) for p in range(profile.launches) for b in round_order(profile.rounds, launch_order(p))]
+
+
+def settled(medians: Sequence[float], window: int, tolerance: float) -> bool:
+    """The last ``window`` settling runs of one server agree within ``tolerance`` (max / min - 1)."""
+    last = list(medians)[-window:]
+    return len(last) >= window and max(last) / min(last) - 1 <= tolerance
 
 
 @dataclass
@@ -184,19 +213,20 @@ class Runner:
     def tree(self, build: str) -> Path:
         return self.trees.base if build == "base" or self.aa else self.trees.candidate
 
-    def server(self, build: str, port: int) -> Server:
+    def server(self, build: str, port: int, launch: int) -> Server:
         name = served_name(build)
         argv = serve_argv(self.tree(build), self.model, port=port, profile=self.profile, dp=self.dp, seed=self.seed,
                           name=name)  # fmt: skip
         env = server_env(self.tree(build))
-        return Server(f"vllm serve ({build})", argv, port=port, log=self.out_dir / f"server-{build}.log", env=env,
-                      served_name=name)  # fmt: skip
+        return Server(f"vllm serve ({build}, launch {launch})", argv, port=port,
+                      log=self.out_dir / f"server-l{launch}-{build}.log", env=env, served_name=name)  # fmt: skip
 
     def bench(self, build: str, server: Server, tag: str, prompts: int) -> RoundResult:
         out = self.out_dir / f"bench-{tag}.json"
         kw = {"port": server.port, "profile": self.profile, "prompts": prompts, "out": out, "seed": self.seed,
               "name": server.served_name}  # fmt: skip
         out.unlink(missing_ok=True)  # a file left by an earlier run must not pass for this round's
+        before = server.metrics()
         with gpu_state.StateSampler() as machine:
             if self.client is not None:
                 try:
@@ -212,72 +242,107 @@ class Runner:
                 server.check_alive()
                 if done.returncode != 0:
                     raise ServerError(f"vllm bench serve ({tag}) exited with {done.returncode}; see {log}")
-        return replace(parse_bench_result(out, build), machine=machine.summary())
+        itl = server_itl_ms(before, server.metrics())
+        return replace(parse_bench_result(out, build), machine=machine.summary(), server_itl_ms=itl)
 
 
-def run_rounds(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundResult], dict]:
-    """Start servers, warm them up, run the interleaved rounds; servers are always stopped.
+def _start(runner: Runner, build: str, launch: int, servers: dict[str, Server], record: dict) -> None:
+    port = free_port(DEFAULT_PORT + 10 * len(servers))
+    t0 = time.monotonic()
+    servers[build] = runner.server(build, port, launch).start()
+    record["startup_s"][build] = round(servers[build].wait_healthy(runner.health_timeout_s), 1)
+    print(f"tpot: launch {launch}: {build} server healthy after {record['startup_s'][build]} s on port {port}",
+          flush=True)  # fmt: skip
+    if runner.client is not None:
+        runner.client.wait_ready()
+    runner.bench(build, servers[build], f"warmup-l{launch}-{build}", runner.profile.warmup_prompts)
+    record["warmup_s"][build] = round(time.monotonic() - t0 - record["startup_s"][build], 1)
 
-    Concurrent mode starts both servers first, warms each up, and goes on warming them up in
-    turn until ``profile.settle_s`` has passed since the first launch. Sequential mode starts
-    a server for every round and warms it up each time (no settling: that is per launch).
-    ``on_round(rounds, startup)`` runs after every round (the CLI saves partial results there,
-    so an interrupted run keeps what it measured). ``startup`` holds the seconds each server
-    and the client took to start, and the settling runs and when the first round began."""
-    started, rounds, startup = time.monotonic(), [], {}
+
+def _settle(runner: Runner, builds: Sequence[str], servers: dict[str, Server], launch: int, since: float) -> dict:
+    """Short runs, the servers in turn, until each is stable (``settled``) or the profile's cap has passed
+    since ``since`` (the launch); what was run, for the timeline."""
+    p = runner.profile
+    medians: dict[str, list[float]] = {b: [] for b in builds}
+    t0, i = time.monotonic(), 0
+    while p.settle_max_s > 0 and time.monotonic() - since < p.settle_max_s:
+        if all(settled(medians[b], p.settle_window, p.settle_tolerance) for b in builds):
+            break
+        build = builds[i % len(builds)]
+        r = runner.bench(build, servers[build], f"settle-l{launch}-{i:02d}-{build}", p.settle_prompts)
+        medians[build].append(r.median_tpot_ms)
+        i += 1
+    return {
+        "builds": list(builds),
+        "runs": i,
+        "seconds": round(time.monotonic() - t0, 1),
+        "settled": all(settled(medians[b], p.settle_window, p.settle_tolerance) for b in builds),
+        "median_tpot_ms": medians,
+    }
+
+
+def run_launches(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundResult], dict]:
+    """Every launch pair of the run: start both servers (the pair's first build first), warm each up,
+    settle, measure the pair's rounds, stop both. Servers are always stopped.
+
+    Concurrent mode keeps the pair's two servers up side by side and interleaves their rounds;
+    sequential mode runs one server at a time (start, warm up, settle, its rounds, stop), each
+    with the GPU to itself. ``on_round(rounds, timeline)`` runs after every round (the CLI saves
+    partial results there, so an interrupted run keeps what it measured). The timeline records,
+    per launch pair, the start order, each server's start-up, warm-up and settling, and when its
+    rounds began and ended."""
+    started, rounds = time.monotonic(), []
+    timeline: dict = {"launches": []}
     servers: dict[str, Server] = {}
-
-    def launch(build: str, tag: str) -> None:
-        if mode == "sequential":
-            for other in list(servers):
-                servers.pop(other).stop()
-        port = free_port(DEFAULT_PORT + 10 * len(servers))
-        servers[build] = runner.server(build, port).start()
-        startup[build] = round(servers[build].wait_healthy(runner.health_timeout_s), 1)
-        print(f"tpot: {build} server healthy after {startup[build]} s on port {port}", flush=True)
-        if runner.client is not None and "bench-client" not in startup:
-            startup["bench-client"] = runner.client.wait_ready()
-            print(f"tpot: bench client ready (vLLM imported in {startup['bench-client']} s)", flush=True)
-        runner.bench(build, servers[build], f"{build}-warmup-{tag}", runner.profile.warmup_prompts)
-
+    p = runner.profile
     if runner.client is not None:
         runner.client.start()  # imports vLLM while the first server starts
     try:
-        if mode == "concurrent":
-            for build in BUILDS:
-                launch(build, "0")
-            settle = 0
-            while time.monotonic() - started < runner.profile.settle_s:
-                build = BUILDS[settle % 2]
-                runner.bench(build, servers[build], f"{build}-settle-{settle // 2}", runner.profile.warmup_prompts)
-                settle += 1
-            startup["settle_runs"] = settle
-            startup["first_round_after_s"] = round(time.monotonic() - started, 1)
-            print(f"tpot: {settle} settling runs; rounds start {startup['first_round_after_s']} s after the first "
-                  f"launch (settle_s {runner.profile.settle_s:.0f})", flush=True)  # fmt: skip
-        for i, build in enumerate(round_order(runner.profile.rounds)):
-            if build not in servers:
-                launch(build, str(i))
-            result = runner.bench(build, servers[build], f"{i:02d}-{build}", runner.profile.prompts)
-            rounds.append(result)
-            if on_round is not None:
-                on_round(rounds, startup)
-            so_far = {b: [r.median_tpot_ms for r in rounds if r.build == b] for b in BUILDS}
-            print(
-                f"tpot round {i + 1}/{2 * runner.profile.rounds} {build}: median TPOT {result.median_tpot_ms:.2f} ms "
-                + " ".join(f"{b} {stats.median(v):.2f}" for b, v in so_far.items() if v)
-                + f" ms so far, {time.monotonic() - started:.0f} s",
-                flush=True,
-            )
-            if mode == "sequential":
-                servers.pop(build).stop()
+        for launch in range(p.launches):
+            order = launch_order(launch)
+            record: dict = {"launch": launch, "order": list(order), "startup_s": {}, "warmup_s": {},
+                            "began_after_s": round(time.monotonic() - started, 1)}  # fmt: skip
+            timeline["launches"].append(record)
+            since = time.monotonic()
+            groups = [order] if mode == "concurrent" else [(b,) for b in order]
+            for group in groups:
+                for build in group:
+                    _start(runner, build, launch, servers, record)
+                if runner.client is not None and "bench_client_import_s" not in timeline:
+                    timeline["bench_client_import_s"] = runner.client.wait_ready()
+                record.setdefault("settle", []).append(_settle(runner, group, servers, launch, since))
+                record.setdefault("first_round_after_s", round(time.monotonic() - started, 1))
+                for build in round_order(p.rounds, group) if len(group) > 1 else [group[0]] * p.rounds:
+                    tag = f"r{len(rounds):03d}-l{launch}-{build}"
+                    result = replace(runner.bench(build, servers[build], tag, p.prompts), launch=launch)
+                    rounds.append(result)
+                    if on_round is not None:
+                        on_round(rounds, timeline)
+                    _progress(rounds, p, started)
+                for build in group:
+                    servers.pop(build).stop()
+                since = time.monotonic()
+            record["ended_after_s"] = round(time.monotonic() - started, 1)
+        timeline["total_s"] = round(time.monotonic() - started, 1)
     finally:
         with _signals_held():  # a second Ctrl-C or SIGTERM must not cut the clean-up short
             for s in servers.values():
                 s.stop()
             if runner.client is not None:
                 runner.client.close()
-    return rounds, startup
+    return rounds, timeline
+
+
+def _progress(rounds: list[RoundResult], p: Profile, started: float) -> None:
+    r = rounds[-1]
+    so_far = {b: [x.median_tpot_ms for x in rounds if x.build == b] for b in BUILDS}
+    print(
+        f"tpot round {len(rounds)}/{2 * p.rounds_per_build} (launch {r.launch}) {r.build}: median TPOT "
+        f"{r.median_tpot_ms:.3f} ms, server ITL {'-' if r.server_itl_ms is None else f'{r.server_itl_ms:.3f}'} ms; "
+        + " ".join(f"{b} {stats.median(v):.3f}" for b, v in so_far.items() if v)
+        + f" ms so far, {time.monotonic() - started:.0f} s",
+        flush=True,
+    )
 
 
 @contextlib.contextmanager
@@ -297,11 +362,12 @@ def _signals_held():
 
 
 def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mode: str, rounds: list[RoundResult],
-                        startup: dict, client: str = "inprocess", aa: bool = False,
+                        timeline: dict, client: str = "inprocess", aa: bool = False,
                         profile: Profile | None = None) -> BenchResults:  # fmt: skip
-    """The results file of a TPOT A/B: one case, the median TPOT of each round as its samples."""
+    """The results file of a TPOT A/B: one case, the median TPOT of each round as its samples, and the
+    launch pair of each sample as its capture (``extra.blocks``): the core's interval is over the pairs."""
     profile = profile or PROFILES[profile_name]
-    complete = len(rounds) == 2 * profile.rounds
+    complete = len(rounds) == 2 * profile.rounds_per_build
     case = CaseResult(
         id=case_id(model, profile_name, dp),
         unit="ms median TPOT",
@@ -317,15 +383,21 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
             "bench_client": CLIENTS[client],
             "decode_block_size_m": [r for r in decode_block_sizes(model_dir(model), profile, dp) if r["profile"]],
         },
-        extra={"rounds": [asdict(r) for r in rounds], "timeline": startup},
+        extra={
+            "blocks": {b: [r.launch for r in rounds if r.build == b] for b in BUILDS},
+            "rounds": [asdict(r) for r in rounds],
+            "timeline": timeline,
+        },
     )
     return BenchResults(
         kind="tpot-bench",
         suite=suite_name(model, profile_name, dp),
         provenance=provenance.collect(trees),
         settings={
-            "rounds_per_build": profile.rounds,
-            "order": round_order(profile.rounds),
+            "launches": profile.launches,
+            "rounds_per_launch": profile.rounds,
+            "rounds_per_build": profile.rounds_per_build,
+            "order": [f"{launch}:{build}" for launch, build in run_order(profile, mode)],
             "server_mode": mode,
             "complete": complete,
             "rounds_done": len(rounds),
@@ -340,27 +412,36 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
 
 def run_tpot(trees: Trees, model: str, profile_name: str, dp: int, out_dir: Path, mode: str, timeout: float,
              save_to: Path | None = None, client: str = "inprocess", aa: bool = False,
-             settle_s: float | None = None) -> BenchResults:  # fmt: skip
-    profile = PROFILES[profile_name] if settle_s is None else replace(PROFILES[profile_name], settle_s=settle_s)
+             overrides: dict | None = None) -> BenchResults:  # fmt: skip
+    """One TPOT A/B (or A/A); ``overrides`` replaces fields of the profile (``--launches``, ...), and the
+    results record the profile as run."""
+    profile = replace(PROFILES[profile_name], **(overrides or {}))
     bench_client = BenchClient(trees.base, out_dir / "bench-client.log") if client == "inprocess" else None
     runner = Runner(trees, model_dir(model), profile, dp, out_dir, timeout, client=bench_client, aa=aa)
 
-    def results(rounds, startup):
-        return results_from_rounds(trees, model, profile_name, dp, mode, rounds, startup, client, aa, profile)
+    def results(rounds, timeline):
+        return results_from_rounds(trees, model, profile_name, dp, mode, rounds, timeline, client, aa, profile)
 
-    def save(rounds, startup):
+    def save(rounds, timeline):
         if save_to is not None:
-            results(rounds, startup).save(save_to)
+            results(rounds, timeline).save(save_to)
 
-    return results(*run_rounds(runner, mode, on_round=save))
+    return results(*run_launches(runner, mode, on_round=save))
+
+
+ROUND_FILE = "bench-r[0-9][0-9][0-9]-l*-*.json"  # bench-r<NNN>-l<launch>-<build>.json
 
 
 def rounds_from_dir(directory: Path) -> list[RoundResult]:
-    """The rounds of a (possibly interrupted) run, from its ``bench-NN-<build>.json`` files."""
-    files = sorted(directory.glob("bench-[0-9][0-9]-*.json"))
+    """The rounds of a (possibly interrupted) run, from its ``bench-r<NNN>-l<launch>-<build>.json`` files."""
+    files = sorted(directory.glob(ROUND_FILE))
     if not files:
-        raise DataError(f"{directory}: no bench-NN-<build>.json round files")
-    return [parse_bench_result(f, f.stem.split("-", 2)[2]) for f in files]
+        raise DataError(f"{directory}: no {ROUND_FILE} round files")
+    found = []
+    for f in files:
+        _, launch, build = f.stem.removeprefix("bench-").split("-", 2)
+        found.append(replace(parse_bench_result(f, build), launch=int(launch.removeprefix("l"))))
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -378,14 +459,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health")
     parser.add_argument("--aa", action="store_true", help="A/A run: both servers run the base tree (the noise floor)")
-    parser.add_argument("--settle-s", type=float, help="seconds from the first launch to the first round "
-                        "(concurrent mode; default: the profile's)")  # fmt: skip
+    for flag, (field, kind, _) in PROFILE_OVERRIDES.items():
+        parser.add_argument(flag, dest=field, type=kind, help=f"the profile's {field}, overridden (recorded)")
     parser.add_argument("--out", type=Path, help="results file; logs go beside it")
     parser.add_argument("--block-sizes", action="store_true", help="print the block_size_m each build picks in "
                         "decode for --model, --profile and --dp (default 1), and exit (no GPU needed)")  # fmt: skip
     parser.add_argument("--from-rounds", type=Path, help="rebuild the results of an interrupted run from its folder")
     parser.add_argument("--dp-of-rounds", type=int, default=1, help="with --from-rounds: the DP size that run used")
     args = parser.parse_args(argv)
+    overrides = {f: v for f, _, _ in PROFILE_OVERRIDES.values() if (v := getattr(args, f)) is not None}
+    bad = [f"{flag} {v}" for flag, (f, _, low) in PROFILE_OVERRIDES.items() if (v := overrides.get(f, low)) < low]
+    if bad:
+        raise UsageError(f"{', '.join(bad)}: launches and rounds need at least 1, the settling cap at least 0 s")
     if args.block_sizes:
         dp = args.dp or 1
         print(f"{args.model}, profile {args.profile}, DP = EP = {dp}: block_size_m per decode step (ci.kernel.spec)")
@@ -397,8 +482,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     trees = load_trees(args.manifest)
     if args.from_rounds:
         rounds = rounds_from_dir(args.from_rounds)
+        profile = replace(PROFILES[args.profile], **overrides)
         results = results_from_rounds(trees, args.model, args.profile, args.dp_of_rounds, args.server_mode, rounds, {},
-                                      args.bench_client, args.aa)  # fmt: skip
+                                      args.bench_client, args.aa, profile)  # fmt: skip
         results.save(args.out)
         print(f"tpot: {len(rounds)} rounds from {args.from_rounds} written to {args.out}")
         return 0
@@ -409,7 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: servers stop
     print(f"tpot: run tag {procs.RUN_ID_ENV}={procs.run_id()} (servers answer as {served_name('<build>')})", flush=True)
     results = run_tpot(trees, args.model, args.profile, dp, args.out.parent, args.server_mode, args.health_timeout,
-                       save_to=args.out, client=args.bench_client, aa=args.aa, settle_s=args.settle_s)  # fmt: skip
+                       save_to=args.out, client=args.bench_client, aa=args.aa, overrides=overrides)  # fmt: skip
     results.save(args.out)
     print(f"tpot: results written to {args.out}")
     return 0

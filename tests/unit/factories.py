@@ -38,7 +38,7 @@ def _case_problems(case) -> list[str]:
 
 
 subjects.register(subjects.Subject(
-    kind=SYNTHETIC, expected_cases=_declared, captures=kernel_subject.captures, case_problems=_case_problems,
+    kind=SYNTHETIC, expected_cases=_declared, case_problems=_case_problems,
     columns=kernel_subject.columns, annotate=kernel_subject.annotate, panel=kernel_subject.panel,
 ))  # fmt: skip
 

@@ -4,10 +4,12 @@ Installed into fake vLLM trees by the TPOT tests, twice: as ``vllm/entrypoints/c
 (the ``vllm serve`` / ``vllm bench serve`` commands) and as ``vllm/benchmarks/serve.py``
 (``add_cli_args`` and ``main``, which ``ci/serving/bench_client.py`` imports). Behaviour is set by
 environment variables: STANDIN_MODE (ok | die | never-healthy), STANDIN_TPOT (ms, the
-server's), STANDIN_DELAY (s before healthy), STANDIN_BENCH (ok | fail). The bench asks the
+server's), STANDIN_TPOT_SEQUENCE (comma-separated: the server's first answers, a slow start),
+STANDIN_DELAY (s before healthy), STANDIN_BENCH (ok | fail). The bench asks the
 server for its TPOT, so a result says which server it measured; like vLLM, a server started with
 ``--served-model-name`` lists it at ``/v1/models`` and refuses (404) requests for another model.
-`serve` also starts a child process, so the tests can check the whole group is stopped.
+`serve` also starts a child process, so the tests can check the whole group is stopped, and
+serves ``/metrics`` with an inter-token latency histogram's sum and count (100 tokens a request).
 """
 
 import argparse
@@ -38,6 +40,8 @@ def serve(argv):
         print("RuntimeError: No available memory for the cache blocks", flush=True)
         sys.exit(3)
     time.sleep(float(os.environ.get("STANDIN_DELAY", "0.2")))
+    decoded = {"sum": 0.0, "count": 0}  # like vLLM's inter-token latency histogram: 100 tokens a request
+    sequence = [x for x in os.environ.get("STANDIN_TPOT_SEQUENCE", "").split(",") if x]  # the first answers
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -45,7 +49,17 @@ def serve(argv):
                 asked = self.path.partition("?model=")[2] or served
                 self.send_response(200 if asked == served else 404)
                 self.end_headers()
-                self.wfile.write(tpot.encode())
+                now = sequence.pop(0) if sequence else tpot
+                self.wfile.write(now.encode())
+                decoded["sum"] += 100 * float(now) / 1000
+                decoded["count"] += 100
+                return
+            if self.path == "/metrics":
+                self.send_response(200)
+                self.end_headers()
+                itl, labels = "vllm:inter_token_latency_seconds", f'{{engine="0",model_name="{served}"}}'
+                text = f"# TYPE {itl} histogram\n{itl}_sum{labels} {decoded['sum']}\n"
+                self.wfile.write((text + f"{itl}_count{labels} {decoded['count']}\n").encode())
                 return
             if self.path == "/v1/models":
                 self.send_response(200)

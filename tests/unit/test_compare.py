@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.core import baselines, compare, report
+from ci.core import baselines, compare, report, stats
 from ci.core.errors import ExitCode, UsageError
 from ci.core.results import BenchResults, load_results
 from ci.kernel import subject as kernel_subject
@@ -136,15 +136,32 @@ def test_regret_uses_the_sweep():
 REPORTS = Path(__file__).resolve().parents[2] / "reports" / "nvidia-h200-x1"
 
 
-def test_h200_tpot_runs_gate_and_report_their_rounds(tmp_path):
-    """The committed H200 TPOT A/B (N = 1, so no EP: equal builds must PASS) and its A/A twin."""
-    ab = REPORTS / "tpot-pr-ab.json"
-    assert compare.main(["--results", str(ab), "--out-dir", str(tmp_path / "ab")]) == ExitCode.OK
+def test_h200_tpot_ab_of_six_launch_pairs_passes_with_its_interval_over_the_pairs(tmp_path):
+    """The committed H200 TPOT A/B of launch pairs (N = 1, so no EP: the patch changes nothing the server runs,
+    equal builds must PASS), its report's launch pairs and rounds, and the x1 baseline recorded from it."""
+    ab = REPORTS / "tpot-launch-pairs" / "pr-ab.json"
+    assert compare.main(["--results", str(ab), "--out", str(tmp_path / "ab")]) == ExitCode.OK
+    verdict = json.loads((tmp_path / "ab" / "verdict.json").read_text())
+    (case,) = verdict["cases"]
+    assert (round(case["effect"]["ci_low"], 3), round(case["effect"]["ratio"], 3)) == (0.997, 1.0)
+    assert case["effect"]["method"] == stats.METHOD_BLOCKED and case["effect"]["n_base"] == 12
     text = (tmp_path / "ab" / "report.md").read_text()
-    assert "| 1 | base | 7.595 |" in text and text.count("| candidate |") == 8
-    assert "A/A run" not in text
+    assert "| 0 | base | 63.1 / 63.0 | 0 (0 s, no) | 7.186 | 7.195 | 1.0012 | 1.0027 |" in text
+    assert "| 24 | 5 | candidate | 7.191 | 7.206 |" in text and text.count("| candidate | 7.") == 12
+    stored = Path(__file__).parents[2] / "baselines" / "nvidia-h200-x1" / "tpot-qwen3-30b-a3b-like-dp1-pr.json"
+    assert stored.read_bytes() == ab.read_bytes()
+
+
+def test_h200_tpot_runs_of_one_launch_pair_are_incomplete_and_still_reported(tmp_path):
+    """The H200 TPOT A/B and A/A recorded before launch pairs (8 rounds a build in one pair): INCOMPLETE now,
+    with every round still in the report."""
+    ab = REPORTS / "tpot-pr-ab.json"
+    assert compare.main(["--results", str(ab), "--out-dir", str(tmp_path / "ab")]) == ExitCode.INCOMPLETE
+    text = (tmp_path / "ab" / "report.md").read_text()
+    assert "| 1 | 0 | base | 7.595 |" in text and text.count("| candidate |") == 8
+    assert "8 sample(s) of 'base', at least 12 are needed" in text and "A/A run" not in text
     aa = REPORTS / "tpot-pr-aa.json"
-    assert compare.main(["--results", str(aa), "--out-dir", str(tmp_path / "aa")]) == ExitCode.OK
+    assert compare.main(["--results", str(aa), "--out-dir", str(tmp_path / "aa")]) == ExitCode.INCOMPLETE
     text = (tmp_path / "aa" / "report.md").read_text()
     assert "A/A run" in text and "| 1980 |" in text  # the A/A run recorded the SM clock of each round
 

@@ -31,17 +31,17 @@ def test_the_kernel_suite_less_its_filter_is_what_a_complete_run_holds():
 
 def test_captures_come_from_the_blocks_of_each_sample():
     case = kernel_results().cases[0]
-    assert kernel_subject.captures(case, "base") == 6
+    assert subjects.captures(case, "base") == 6
     del case.extra["blocks"]
-    assert kernel_subject.captures(case, "base") == 1 and kernel_subject.capture_ids(case, "base") is None
+    assert subjects.captures(case, "base") == 1 and subjects.capture_ids(case, "base") is None
     for blocks in ("junk", {"base": "0"}, {"base": [0] * 17}, {"base": [0.0] * 18}, {"base": [True] * 18}):
         case.extra["blocks"] = blocks
         with pytest.raises(DataError) as err:
-            kernel_subject.capture_ids(case, "base")
-        assert str(err.value) == f"case {case.id}: extra.blocks['base'] should give the block of each of its samples"
+            subjects.capture_ids(case, "base")
+        assert str(err.value) == f"case {case.id}: extra.blocks['base'] should give the capture of each of its samples"
     case.extra["blocks"] = {"other": [0]}
-    with pytest.raises(DataError, match="should give the block"):
-        kernel_subject.capture_ids(case, "other")  # blocks for a build without samples
+    with pytest.raises(DataError, match="should give the capture"):
+        subjects.capture_ids(case, "other")  # blocks for a build without samples
 
 
 def test_a_kernel_case_without_its_correctness_check_is_no_evidence():

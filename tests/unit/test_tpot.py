@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -150,17 +151,20 @@ def test_port_in_use_is_refused(standin_trees, tmp_path):
             server.start()
 
 
-def _tiny_profile(monkeypatch):
-    monkeypatch.setattr(tpot, "PROFILES", {**sc.PROFILES, "t": sc.Profile(
-        input_len=8, output_len=8, concurrency=1, prompts=2, rounds=3, warmup_prompts=1, max_model_len=64,
-        gpu_memory_fraction=0.1)})  # fmt: skip
+def _tiny_profile(monkeypatch, **fields):
+    profile = sc.Profile(input_len=8, output_len=8, concurrency=1, prompts=2, launches=2, rounds=3, warmup_prompts=1,
+                         max_model_len=64, gpu_memory_fraction=0.1)  # fmt: skip
+    profiles = {**sc.PROFILES, "t": replace(profile, **fields)}
+    monkeypatch.setattr(tpot, "PROFILES", profiles)
+    monkeypatch.setattr(sc, "PROFILES", profiles)  # what the subject's evidence rules read
 
 
 @pytest.mark.parametrize(("mode", "client"), [("concurrent", "inprocess"), ("sequential", "inprocess"),
                                               ("concurrent", "cli")])  # fmt: skip
-def test_ab_rounds_end_to_end(standin_trees, tmp_path, monkeypatch, mode, client):
-    """Both servers from their own trees; the candidate's stand-in server runs 20% faster, and the
-    client (one process for all rounds, or one command per round) must measure each server."""
+def test_ab_launch_pairs_end_to_end(standin_trees, tmp_path, monkeypatch, mode, client):
+    """Both servers from their own trees in each launch pair; the candidate's stand-in server runs 20% faster,
+    and the client (one process for all rounds, or one command per round) must measure each server. Each
+    round's launch pair is its capture; the pairs alternate which build starts first."""
     _tiny_profile(monkeypatch)
     (standin_trees.candidate / "vllm" / "entrypoints" / "cli" / "main.py").write_text(
         "import os\nos.environ['STANDIN_TPOT'] = '8'\n" + (HERE / "standin_vllm.py").read_text()
@@ -169,22 +173,41 @@ def test_ab_rounds_end_to_end(standin_trees, tmp_path, monkeypatch, mode, client
     results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", mode, 30, save_to=saved,
                             client=client)  # fmt: skip
     assert load_results(saved).settings["complete"] is True  # saved after every round, last one complete
+    if mode == "concurrent":  # the pair's two servers side by side, rounds interleaved
+        order = ["base", "candidate", "candidate", "base", "base", "candidate"]
+        order += ["candidate", "base", "base", "candidate", "candidate", "base"]
+    else:  # one server at a time, in the pair's start order
+        order = ["base"] * 3 + ["candidate"] * 6 + ["base"] * 3
     rebuilt = tpot.rounds_from_dir(tmp_path / "out")
-    assert [r.build for r in rebuilt] == tpot.round_order(3)
+    assert [r.build for r in rebuilt] == order and [r.launch for r in rebuilt] == [0] * 6 + [1] * 6
     (case,) = results.cases
-    assert case.samples == {"base": [10.0] * 3, "candidate": [8.0] * 3}
-    assert [r["build"] for r in case.extra["rounds"]] == tpot.round_order(3)
+    assert case.samples == {"base": [10.0] * 6, "candidate": [8.0] * 6}
+    assert case.extra["blocks"] == {"base": [0, 0, 0, 1, 1, 1], "candidate": [0, 0, 0, 1, 1, 1]}
+    assert [r["build"] for r in case.extra["rounds"]] == order
+    assert [r["server_itl_ms"] for r in case.extra["rounds"]] == pytest.approx(
+        [10 if b == "base" else 8 for b in order]
+    )
+    launches = case.extra["timeline"]["launches"]
+    assert [rec["order"][0] for rec in launches] == ["base", "candidate"]  # who started first alternates
+    assert all(set(rec["startup_s"]) == {"base", "candidate"} for rec in launches)
+    assert results.settings["order"] == [f"{n}:{b}" for n, b in zip([0] * 6 + [1] * 6, order, strict=True)]
     assert case.info["moe_backend_flag"] == ["--moe-backend", "marlin"]
     assert case.info["bench_client"] == tpot.CLIENTS[client]
     client_log = tmp_path / "out" / "bench-client.log"
-    runs = 6 + (2 if mode == "concurrent" else 6)  # rounds, and a warm-up per server start
+    runs = 12 + 4  # rounds, and a warm-up per server launch
     if client == "inprocess":  # one process ran them all
         assert client_log.read_text().count("standin bench: ") == runs
         assert not list((tmp_path / "out").glob("bench-*-*.log"))
     else:
         assert not client_log.exists() and len(list((tmp_path / "out").glob("bench-*.log"))) == runs
     assert results.kind == "tpot-bench" and results.suite == "qwen3-30b-a3b-like-dp1-t"
-    assert "--load-format dummy" in (tmp_path / "out" / "server-base.log").read_text().replace("', '", " ")
+    assert "--load-format dummy" in (tmp_path / "out" / "server-l0-base.log").read_text().replace("', '", " ")
+    from ci.core import compare
+
+    gate = compare.compare_ab(results, 0.03, 0.95)
+    (verdict,) = gate.cases  # the interval is over the 2 launch pairs: too few for a 95% interval
+    assert gate.problems == [] and verdict.verdict.name == "INCONCLUSIVE"
+    assert verdict.effect.method == compare.stats.METHOD_BLOCKED and verdict.effect.ratio == pytest.approx(0.8)
 
 
 def test_unknown_model_is_a_usage_error():
@@ -201,26 +224,75 @@ def test_aa_run_serves_the_base_tree_twice(standin_trees, tmp_path, monkeypatch)
     )
     results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", "concurrent", 30, aa=True)
     (case,) = results.cases
-    assert case.samples == {"base": [10.0] * 3, "candidate": [10.0] * 3}  # the 8 ms candidate tree never ran
+    assert case.samples == {"base": [10.0] * 6, "candidate": [10.0] * 6}  # the 8 ms candidate tree never ran
     assert results.settings["aa"] is True and results.settings["candidate"] == "base (A/A run)"
     assert all(set(r["machine"]) >= {"load_1min", "sm_clock_mhz"} for r in case.extra["rounds"])
 
 
-def test_concurrent_servers_settle_before_the_first_round(standin_trees, tmp_path, monkeypatch):
-    """With settle_s, both servers warm up in turn until then, and no round is measured sooner."""
-    monkeypatch.setattr(tpot, "PROFILES", {**sc.PROFILES, "s": sc.Profile(
-        input_len=8, output_len=8, concurrency=1, prompts=2, rounds=1, warmup_prompts=1, max_model_len=64,
-        gpu_memory_fraction=0.1, settle_s=60.0)})  # fmt: skip
-    # settle_s (--settle-s) overrides the profile's 60 s
-    results = tpot.run_tpot(
-        standin_trees, "qwen3-30b-a3b-like", "s", 1, tmp_path / "out", "concurrent", 30, settle_s=4.0
-    )
-    timeline = results.cases[0].extra["timeline"]
-    assert 4.0 <= timeline["first_round_after_s"] < 30 and timeline["settle_runs"] >= 1
-    assert results.cases[0].info["profile"]["settle_s"] == 4.0
-    settles = sorted(p.name for p in (tmp_path / "out").glob("bench-*-settle-*.json"))
-    assert len(settles) == timeline["settle_runs"] and settles[0] == "bench-base-settle-0.json"
-    assert [r["build"] for r in results.cases[0].extra["rounds"]] == ["base", "candidate"]
+def test_each_launch_settles_until_every_server_is_stable(standin_trees, tmp_path, monkeypatch):
+    """After its warm-up a server answers 13, 12, 11 ms, then 10: settling runs go on, the servers in turn, until
+    each server's last three agree within 1%, and no round is measured sooner; the timeline says so."""
+    _tiny_profile(monkeypatch, launches=1, rounds=1, settle_max_s=60.0, settle_prompts=1)
+    monkeypatch.setenv("STANDIN_TPOT_SEQUENCE", "14,13,12,11")  # the warm-up takes the first
+    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", "concurrent", 30)
+    (settle,) = results.cases[0].extra["timeline"]["launches"][0]["settle"]
+    assert settle["settled"] is True and settle["builds"] == ["base", "candidate"]
+    assert settle["median_tpot_ms"] == {"base": [13.0, 12.0, 11.0, 10.0, 10.0, 10.0],
+                                        "candidate": [13.0, 12.0, 11.0, 10.0, 10.0, 10.0]}  # fmt: skip
+    assert settle["runs"] == 12 and results.cases[0].samples == {"base": [10.0], "candidate": [10.0]}
+    assert len(list((tmp_path / "out").glob("bench-settle-l0-*.json"))) == 12
+
+
+def test_settling_stops_at_the_cap_and_says_it_did_not_settle(standin_trees, tmp_path, monkeypatch):
+    _tiny_profile(monkeypatch, launches=1, rounds=1, settle_max_s=6.0, settle_prompts=1)
+    monkeypatch.setenv("STANDIN_TPOT_SEQUENCE", ",".join(str(20 + i % 2 * 5) for i in range(400)))  # never stable
+    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", "concurrent", 30)
+    (settle,) = results.cases[0].extra["timeline"]["launches"][0]["settle"]
+    assert settle["settled"] is False and settle["runs"] >= 2
+    assert results.cases[0].extra["timeline"]["launches"][0]["first_round_after_s"] >= 6.0
+
+
+def test_the_settling_rule():
+    assert tpot.settled([10.0, 10.05, 10.08], 3, 0.01) and not tpot.settled([10.0, 10.05], 3, 0.01)
+    assert not tpot.settled([10.0, 10.2, 10.05], 3, 0.01) and tpot.settled([12.0, 10.0, 10.05, 10.0], 3, 0.01)
+
+
+def test_launch_pairs_alternate_who_starts_and_balance_rounds():
+    assert [tpot.launch_order(n) for n in range(3)] == [("base", "candidate"), ("candidate", "base"),
+                                                        ("base", "candidate")]  # fmt: skip
+    profile = replace(sc.PROFILES["pr"], launches=2, rounds=2)
+    assert tpot.run_order(profile) == [(0, "base"), (0, "candidate"), (0, "candidate"), (0, "base"),
+                                       (1, "candidate"), (1, "base"), (1, "base"), (1, "candidate")]  # fmt: skip
+
+
+def test_profile_overrides_are_checked_and_recorded(standin_trees, tmp_path, monkeypatch):
+    from ci.core.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"--launches 0, --settle-max-s -1.0: launches and rounds need at least 1"):
+        tpot.main(["--launches", "0", "--settle-max-s", "-1", "--block-sizes"])
+    _tiny_profile(monkeypatch)
+    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", "concurrent", 30,
+                            overrides={"launches": 1, "rounds": 1})  # fmt: skip
+    assert results.cases[0].info["profile"]["launches"] == 1 and results.settings["rounds_per_build"] == 1
+    from ci.core import evidence
+
+    problems = evidence.run_problems(results)  # the suite's profile "t" runs 2 pairs of 3 rounds
+    assert "case qwen3-30b-a3b-like/dp1-ep1/t: 1 sample(s) of 'base', at least 6 are needed" in problems
+
+
+def test_server_side_decode_timing_from_metrics():
+    from ci.serving.server import parse_metrics, server_itl_ms
+
+    itl = "vllm:inter_token_latency_seconds"
+    text = (f'# HELP {itl} ...\n{itl}_bucket{{le="0.01"}} 3\n{itl}_sum{{engine="0"}} 1.5\n'
+            f'{itl}_sum{{engine="1"}} 0.5\n{itl}_count{{engine="0"}} 150\n{itl}_count{{engine="1"}} 50\n'
+            f'{itl}_created{{engine="0"}} 1.7e9\n')  # fmt: skip
+    assert parse_metrics(text) == {"itl_sum_s": 2.0, "itl_count": 200.0}
+    old = "vllm:time_per_output_token_seconds_sum 0.3\nvllm:time_per_output_token_seconds_count 30\n"
+    assert parse_metrics(old) == {"itl_sum_s": 0.3, "itl_count": 30.0} and parse_metrics("up 1\n") == {}
+    assert server_itl_ms({"itl_sum_s": 2.0, "itl_count": 200.0}, {"itl_sum_s": 3.0, "itl_count": 300.0}) == 10.0
+    assert server_itl_ms({}, {"itl_sum_s": 1.0, "itl_count": 1.0}) is None
+    assert server_itl_ms({"itl_sum_s": 1.0, "itl_count": 5.0}, {"itl_sum_s": 1.0, "itl_count": 5.0}) is None
 
 
 def test_failed_round_is_an_error_and_servers_stop(standin_trees, tmp_path, monkeypatch):
@@ -272,17 +344,24 @@ def test_block_size_table_cli_needs_no_gpu_and_run_needs_its_files(capsys):
         tpot.main(["--profile", "pr-ep"])
 
 
-def test_committed_two_gpu_baseline_is_a_complete_ep_ab_run():
-    """The x2 TPOT baseline is what its path claims: 2 GPUs, DP = EP = 2, pr-ep, every round, not an A/A,
-    measured where the builds pick different block sizes."""
+def test_the_two_gpu_ab_of_one_launch_pair_is_no_complete_run_now():
+    """The two-GPU A/B (DP = EP = 2, pr-ep, not an A/A, where the builds pick different block sizes) was
+    recorded before launch pairs, and was the x2 baseline: 8 rounds of each build from one pair of launches,
+    which the evidence rules now refuse (the pr-ep profile runs 6 pairs of 2 rounds)."""
     root = HERE.parent.parent
-    path = root / "baselines" / "nvidia-h200-x2" / "tpot-qwen3-30b-a3b-like-dp2-pr-ep.json"
+    path = root / "reports" / "nvidia-h200-x2" / "tpot-pr-ep-ab.json"
     results = load_results(path)
     assert results.gpu_key() == ("NVIDIA H200", 2) and results.suite == "qwen3-30b-a3b-like-dp2-pr-ep"
     assert results.settings["complete"] is True and results.settings["aa"] is False
     (case,) = results.cases
     assert case.info["dp"] == 2 and case.info["expert_parallel"] is True
     assert case.info["profile"]["concurrency"] == sc.PROFILES["pr-ep"].concurrency
-    assert {len(v) for v in case.samples.values()} == {sc.PROFILES["pr-ep"].rounds}
+    # recorded before launch pairs: 8 rounds of each build in one pair, which the evidence rules now refuse
+    assert {len(v) for v in case.samples.values()} == {8} and "blocks" not in case.extra
+    from ci.core import evidence
+
+    assert "case qwen3-30b-a3b-like/dp2-ep2/pr-ep: 8 sample(s) of 'base', at least 12 are needed" in (
+        evidence.run_problems(results)
+    )
     (row,) = case.info["decode_block_size_m"]
     assert (row["base"], row["candidate"]) == (32, 16)

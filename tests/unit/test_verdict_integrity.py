@@ -75,9 +75,12 @@ def test_one_case_of_the_suite_against_its_baseline_is_incomplete(tmp_path, caps
 
 def test_interrupted_tpot_run_against_the_stored_baseline_is_incomplete(tmp_path, capsys):
     """The committed H200 run stopped after 7 rounds (complete: false), measured before the model
-    config changed: its ratio against the stored baseline is 0.30, and that is no PASS."""
+    config changed: its ratio against the A/B of then as the stored baseline is 0.30, and that is no PASS."""
+    stored = tmp_path / "baselines" / "nvidia-h200-x1" / "tpot-qwen3-30b-a3b-like-dp1-pr.json"
+    stored.parent.mkdir(parents=True)
+    stored.write_bytes((X1 / "tpot-pr-ab.json").read_bytes())
     args = ["--results", str(X1 / "tpot-pr-interrupted.json"), "--mode", "baseline", "--baseline-dir",
-            str(ROOT / "baselines"), "--out-dir", str(tmp_path / "o")]  # fmt: skip
+            str(tmp_path / "baselines"), "--out-dir", str(tmp_path / "o")]  # fmt: skip
     assert _gate(*args) == ExitCode.INCOMPLETE
     out = capsys.readouterr().out
     assert "did not finish (complete: false" in out and "INCOMPLETE" in out
@@ -636,11 +639,18 @@ def test_a_suite_or_profile_the_gate_does_not_define_is_incomplete(tmp_path):
         "suite 'mine' is not one the kernel bench defines (default, quick): "
         "these results were not written by this gate's bench; re-run it"
     )
-    tpot = load_results(X1 / "tpot-pr-aa.json")
-    assert evidence.run_problems(tpot) == []
-    tpot.cases[0].samples["candidate"] = tpot.cases[0].samples["candidate"][:6]  # the pr profile runs 8 rounds
-    (problem,) = evidence.run_problems(tpot)
-    assert problem == f"case {tpot.cases[0].id}: 6 sample(s) of 'candidate', at least 8 are needed"
+    tpot = load_results(X1 / "tpot-pr-aa.json")  # one launch pair of 8 rounds: the pr profile runs 6 pairs of 2
+    assert evidence.run_problems(tpot) == [f"case {tpot.cases[0].id}: 8 sample(s) of '{b}', at least 12 are needed"
+                                           for b in ("base", "candidate")]  # fmt: skip
+    for b in ("base", "candidate"):
+        tpot.cases[0].samples[b] *= 2
+    tpot.cases[0].extra["blocks"] = {b: [i // 2 for i in range(16)] for b in ("base", "candidate")}
+    assert evidence.run_problems(tpot) == []  # 8 launch pairs of 2 rounds
+    tpot.cases[0].extra["blocks"] = {b: [i // 4 for i in range(16)] for b in ("base", "candidate")}
+    assert evidence.run_problems(tpot) == [
+        f"case {tpot.cases[0].id}: 4 capture(s) of 'base', at least 6 are needed (the interval is over captures)",
+        f"case {tpot.cases[0].id}: 4 capture(s) of 'candidate', at least 6 are needed (the interval is over captures)",
+    ]
     tpot.suite = "qwen3-30b-a3b-like-dp1-fast"
     assert evidence.run_problems(tpot)[0].startswith("suite 'qwen3-30b-a3b-like-dp1-fast' is not one the TPOT stage "
                                                      "defines")  # fmt: skip

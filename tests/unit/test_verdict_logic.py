@@ -364,6 +364,7 @@ def test_baselines_cli_records_where_told_and_replaces_only_with_force(tmp_path,
     assert run_main(baselines.main, ["record", str(path), "--dir", str(bdir)]) == ExitCode.USAGE
     assert run_main(baselines.main, ["record", str(path), "--dir", str(bdir), "--force"]) == 0
     assert run_main(baselines.main, ["record", "--results", str(path), "--dir", str(bdir), "--force"]) == 0
+    assert run_main(baselines.main, ["record", "--results", str(path), "--baseline-dir", str(bdir), "--force"]) == 0
     assert run_main(baselines.main, ["record", "--dir", str(bdir)]) == ExitCode.USAGE, "no results file"
     for argv in (["record"], ["record", str(path), "--results", str(path)]):  # none, or two
         with pytest.raises(UsageError, match=r"^record takes one results file: RESULTS or --results RESULTS$"):
@@ -511,7 +512,7 @@ def test_block_medians_and_their_validation():
         stats.block_medians([1.0], [0, 1])
     r = _blocked_results([1.0] * 8)
     r.cases[0].extra["blocks"]["base"].pop()
-    with pytest.raises(DataError, match=r"extra.blocks\['base'\] should give the block of each of its samples"):
+    with pytest.raises(DataError, match=r"extra.blocks\['base'\] should give the capture of each of its samples"):
         compare.compare_ab(r, 0.03, 0.95)
     one = _blocked_results([1.0] * 1, rounds=10)  # a single block: judged per sample, as one capture
     assert compare.compare_ab(one, 0.03, 0.95).cases[0].effect.method == stats.METHOD_PAIRED
@@ -635,7 +636,8 @@ def test_jitter_normalizes_only_well_formed_multi_block_series():
     case.extra["blocks"] = {"base": [0, 0, 0, 0]}
     assert compare._jitter(case, "base") == [1.0, 2.0, 3.0, 4.0], "one block: the samples"
     case.extra["blocks"] = {"base": [0, 1, 0]}
-    assert compare._jitter(case, "base") == [1.0, 2.0, 3.0, 4.0], "ids that do not fit: the samples"
+    with pytest.raises(DataError, match="should give the capture of each of its samples"):
+        compare._jitter(case, "base")  # ids that do not fit the samples: an error, as everywhere
     case.extra["blocks"] = {"base": [0, 0, 1, 1]}
     assert compare._jitter(case, "base") == pytest.approx([2 / 3, 4 / 3, 6 / 7, 8 / 7]), "two blocks: normalized"
 

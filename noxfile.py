@@ -323,17 +323,18 @@ def gpu_tests(session: nox.Session) -> None:
 BENCH_RESULTS = OUT / "bench" / outputs.KERNEL_RESULTS
 
 
-def _gpu_stage(session: nox.Session, module: str, results_name: str) -> None:
-    """The shape of the GPU stages: stop without a GPU, install, build trees, run ``module``."""
+def _gpu_stage(session: nox.Session, module: str, folder: str = "") -> None:
+    """The shape of the GPU stages: stop without a GPU, install, build trees, run ``module`` with the session's
+    --out folder (or ``folder`` in it); the stage names its files there (ci/runner/outputs.py)."""
     _, args, manifest = _gpu_session(session)
-    out = _out(session, args) / results_name
+    out = _out(session, args) / folder
     _stage(session, _python(session), "-m", module, "--manifest", str(manifest), "--out", str(out), *args.rest)
 
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Kernel benchmark: base vs candidate fused_marlin_moe under simulated EP on one GPU."""
-    _gpu_stage(session, "ci.kernel.bench", BENCH_RESULTS.name)
+    _gpu_stage(session, "ci.kernel.bench")
 
 
 @nox.session(default=False)
@@ -374,7 +375,7 @@ def update_baselines(session: nox.Session) -> None:
 @nox.session(default=False)
 def tpot(session: nox.Session) -> None:
     """End-to-end TPOT A/B: vllm serve (dummy weights, DP/EP over this host's GPUs) + vllm bench serve."""
-    _gpu_stage(session, "ci.serving.tpot", outputs.TPOT_RESULTS)
+    _gpu_stage(session, "ci.serving.tpot")
 
 
 @nox.session(python=False, default=False)

@@ -42,7 +42,7 @@ from ci.core.results import BenchResults, CaseResult
 from ci.kernel.formats import FORMATS_BY_NAME, Format
 from ci.kernel.shapes import MODELS
 from ci.kernel.spec import BLOCK_SIZES_M, MIN_BLOCK_SIZE_M_1_BYTE_INPUT, NON_EP
-from ci.runner import gpu
+from ci.runner import gpu, outputs
 from ci.trees import provenance
 from ci.trees.build import load_trees
 
@@ -508,7 +508,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="rounds per build (%(default)s)")
     parser.add_argument("--blocks", type=int, default=DEFAULT_BLOCKS,
                         help="fresh captures per build, the repeats split among them (%(default)s)")  # fmt: skip
-    parser.add_argument("--out", type=Path, required=True, help="results file to write")
+    parser.add_argument("--out", type=Path, required=True,
+                        help=f"folder the stage writes {outputs.KERNEL_RESULTS} into")  # fmt: skip
     parser.add_argument("--allow-busy", action="store_true", help="time even if another process uses the GPU")
     parser.add_argument("--aa", action="store_true", help="A/A run: time the base build against itself")
     parser.add_argument("--inject-slowdown", type=float, default=0.0, metavar="F",
@@ -517,6 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="timings per forced block size (regret columns); 0: no sweep (%(default)s)")  # fmt: skip
     args = parser.parse_args(argv)
     check_plan(args.blocks, args.repeats, args.block_size_repeats, args.inject_slowdown, args.aa)
+    out = outputs.results_file(args.out, outputs.KERNEL_RESULTS)
     cases = suite_cases(args.suite, args.cases)
     trees = load_trees(args.manifest)
     gpus = gpu.require_gpus()
@@ -526,14 +528,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run_suite(trees, cases, args.repeats, args.suite, aa=args.aa, case_filter=args.cases,
                         blocks=args.blocks, block_size_repeats=args.block_size_repeats,
                         inject=args.inject_slowdown)  # fmt: skip
-    results.save(args.out)
-    print(f"bench: {len(results.cases)} cases written to {args.out}")
+    results.save(out)
+    print(f"bench: {len(results.cases)} cases written to {out}")
     failed = results.settings["failed_cases"]
     if failed:
         raise WrongResultsError(
             f"{len(failed)} case(s) not timed because the builds disagree or crashed: "
             + "; ".join(failed.values())
-            + f" (results, with the other cases, in {args.out})"
+            + f" (results, with the other cases, in {out})"
         )
     return 0
 

@@ -106,7 +106,7 @@ def run_gate(manifest: Path, out: Path, *, suite: str, workers: int, baseline_di
         (steps[0], suite_argv, PYTEST_CODES),
         (
             steps[1],
-            [py, "-m", "ci.kernel.bench", "--manifest", str(manifest), "--suite", suite, "--out", str(results)],
+            [py, "-m", "ci.kernel.bench", "--manifest", str(manifest), "--suite", suite, "--out", str(results.parent)],
             None,
         ),
         (steps[2], [py, "-m", "ci.core.compare", "--results", str(results), "--out", str(out / "ab")], None),

@@ -7,6 +7,9 @@ from a copy of their own (``tests/unit/test_outputs.py`` checks the workflows).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 OUT_DIR = ".gate/out"
 KERNEL_RESULTS = "kernel-results.json"  # ci.kernel.bench
 TPOT_RESULTS = "tpot-results.json"  # ci.serving.tpot
@@ -15,3 +18,29 @@ SUITE_JUNIT = "junit.xml"  # the GPU suite (pytest)
 SUITE_SUMMARY = "summary.json"  # the GPU suite's summary (tests/conftest.py, --gate-summary)
 VERDICT = ("verdict.json", "report.md", "plot.png")  # ci.core.compare.OUTPUT_FILES, in its --out folder
 WRITERS = {KERNEL_RESULTS: "nox -s bench", TPOT_RESULTS: "nox -s tpot"}  # the session that writes each
+
+
+def results_file(out_dir: Path, name: str) -> Path:
+    """The results file a stage writes in its ``--out`` folder. A path ending in ``.json`` (a file, as the
+    stages once took) and a file of that name the gate did not write (not a results file of a kind) are
+    refused before anything is measured, so no stage overwrites what is not its own."""
+    from ci.core.errors import UsageError
+
+    if out_dir.suffix == ".json":
+        raise UsageError(f"--out {out_dir}: --out is the folder the stage writes {name} into; pass a folder, "
+                         f"e.g. --out {out_dir.with_suffix('')}")  # fmt: skip
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir}: exists and is not a folder; pass a new or existing folder")
+    path = out_dir / name
+    if path.is_symlink() or (path.exists() and not _is_results(path)):
+        raise UsageError(f"--out {out_dir}: {name} there is not a results file of this gate; the stage replaces "
+                         "only its own; pick another --out folder (nothing was changed)")  # fmt: skip
+    return path
+
+
+def _is_results(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("kind"), str) and "cases" in data

@@ -17,7 +17,7 @@ from the measured build's tree instead, one process per round. A pair's servers 
 (``--server-mode concurrent``, each given a share of GPU memory, started one after the
 other) or run one after the other, each alone on the GPU (``sequential``).
 
-Usage: ``python -m ci.serving.tpot --manifest M [--model qwen3-30b-a3b-like] [--profile pr] [--dp N] --out FILE``;
+Usage: ``python -m ci.serving.tpot --manifest M [--model qwen3-30b-a3b-like] [--profile pr] [--dp N] --out DIR``;
 ``python -m ci.serving.tpot --block-sizes --profile pr-ep --dp 2`` prints the block size each build picks in decode.
 """
 
@@ -38,9 +38,9 @@ from pathlib import Path
 
 from ci.core import stats
 from ci.core.cli import run_main
-from ci.core.errors import DataError, MissingDependencyError, NoGPUError, ServerError, UsageError
+from ci.core.errors import DataError, GPUBusyError, MissingDependencyError, NoGPUError, ServerError, UsageError
 from ci.core.results import BenchResults, CaseResult
-from ci.runner import gpu, gpu_state, procs
+from ci.runner import gpu, gpu_state, outputs, procs
 from ci.serving.config import (
     BUILDS,
     PROFILES,
@@ -461,7 +461,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--aa", action="store_true", help="A/A run: both servers run the base tree (the noise floor)")
     for flag, (field, kind, _) in PROFILE_OVERRIDES.items():
         parser.add_argument(flag, dest=field, type=kind, help=f"the profile's {field}, overridden (recorded)")
-    parser.add_argument("--out", type=Path, help="results file; logs go beside it")
+    parser.add_argument("--out", type=Path, help=f"folder for {outputs.TPOT_RESULTS} and the run's logs")
+    parser.add_argument("--allow-busy", action="store_true", help="measure even if another process uses the GPU")
     parser.add_argument("--block-sizes", action="store_true", help="print the block_size_m each build picks in "
                         "decode for --model, --profile and --dp (default 1), and exit (no GPU needed)")  # fmt: skip
     parser.add_argument("--from-rounds", type=Path, help="rebuild the results of an interrupted run from its folder")
@@ -479,14 +480,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = [flag for flag, value in (("--manifest", args.manifest), ("--out", args.out)) if value is None]
     if missing:
         raise UsageError(f"python -m ci.serving.tpot needs {' and '.join(missing)} (or --block-sizes)")
+    out = outputs.results_file(args.out, outputs.TPOT_RESULTS)
     trees = load_trees(args.manifest)
     if args.from_rounds:
         rounds = rounds_from_dir(args.from_rounds)
         profile = replace(PROFILES[args.profile], **overrides)
         results = results_from_rounds(trees, args.model, args.profile, args.dp_of_rounds, args.server_mode, rounds, {},
                                       args.bench_client, args.aa, profile)  # fmt: skip
-        results.save(args.out)
-        print(f"tpot: {len(rounds)} rounds from {args.from_rounds} written to {args.out}")
+        results.save(out)
+        print(f"tpot: {len(rounds)} rounds from {args.from_rounds} written to {out}")
         return 0
     gpus = gpu.require_gpus()
     dp = args.dp or len(gpus)
@@ -494,10 +496,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise NoGPUError(f"--dp {dp} needs {dp} GPUs; {len(gpus)} visible")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: servers stop
     print(f"tpot: run tag {procs.RUN_ID_ENV}={procs.run_id()} (servers answer as {served_name('<build>')})", flush=True)
-    results = run_tpot(trees, args.model, args.profile, dp, args.out.parent, args.server_mode, args.health_timeout,
-                       save_to=args.out, client=args.bench_client, aa=args.aa, overrides=overrides)  # fmt: skip
-    results.save(args.out)
-    print(f"tpot: results written to {args.out}")
+    busy = gpu.busy_gpus(gpus[:dp])
+    if busy and not args.allow_busy:
+        raise GPUBusyError(f"the GPU is busy: {busy[0]}; wait for it, or pass --allow-busy (TPOT will be noisy)")
+    results = run_tpot(trees, args.model, args.profile, dp, args.out, args.server_mode, args.health_timeout,
+                       save_to=out, client=args.bench_client, aa=args.aa, overrides=overrides)  # fmt: skip
+    results.save(out)
+    print(f"tpot: results written to {out}")
     return 0
 
 

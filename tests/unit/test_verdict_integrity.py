@@ -592,10 +592,39 @@ def test_a_busy_gpu_has_its_own_exit_code_not_no_gpu(tmp_path, monkeypatch, caps
     busy = gpu.GpuInfo(index=0, name="NVIDIA H200", uuid="u", memory_total_mib=143771, memory_used_mib=120000)
     monkeypatch.setattr(bench, "load_trees", lambda manifest: None)
     monkeypatch.setattr(gpu, "query", lambda: ("580", [busy]))
-    args = ["--manifest", str(tmp_path / "m.json"), "--out", str(tmp_path / "r.json"), "--suite", "quick"]
+    args = ["--manifest", str(tmp_path / "m.json"), "--out", str(tmp_path / "r"), "--suite", "quick"]
     assert run_main(bench.main, args) == ExitCode.GPU_BUSY == 11
     assert "the GPU is busy: GPU 0 (NVIDIA H200): 120000 of 143771 MiB in use" in capsys.readouterr().err
     assert run_main(bench.main, [*args, "--blocks", "3"]) == ExitCode.USAGE  # fewer than 6 blocks
+    from ci.serving import tpot
+
+    monkeypatch.setattr(tpot, "load_trees", lambda manifest: None)
+    assert run_main(tpot.main, ["--manifest", "m.json", "--out", str(tmp_path / "t")]) == ExitCode.GPU_BUSY
+    assert "the GPU is busy: GPU 0 (NVIDIA H200)" in capsys.readouterr().err
+
+
+def test_every_measuring_stage_takes_a_folder_and_replaces_only_its_own_file(tmp_path, capsys):
+    """bench and tpot write kernel-results.json / tpot-results.json into --out DIR (ci/runner/outputs.py); a
+    .json --out (a file) and a file of that name the gate did not write are refused before anything runs."""
+    from ci.kernel import bench
+    from ci.runner import outputs
+    from ci.serving import tpot
+
+    for main, name in ((bench.main, outputs.KERNEL_RESULTS), (tpot.main, outputs.TPOT_RESULTS)):
+        argv = ["--manifest", str(tmp_path / "m.json"), "--out"]
+        assert run_main(main, [*argv, str(tmp_path / "r.json")]) == ExitCode.USAGE
+        assert f"--out {tmp_path / 'r.json'}: --out is the folder the stage writes {name} into; pass a folder, " \
+               f"e.g. --out {tmp_path / 'r'}" in capsys.readouterr().err  # fmt: skip
+        mine = tmp_path / "mine" / name
+        mine.parent.mkdir(exist_ok=True)
+        mine.write_text("my notes\n")
+        assert run_main(main, [*argv, str(mine.parent)]) == ExitCode.USAGE
+        assert f"{name} there is not a results file of this gate" in capsys.readouterr().err
+        assert mine.read_text() == "my notes\n"
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    kernel_results().save(ours / outputs.KERNEL_RESULTS)  # an earlier run's file: the stage may replace it
+    assert outputs.results_file(ours, outputs.KERNEL_RESULTS) == ours / outputs.KERNEL_RESULTS
 
 
 def test_a_folder_with_a_copied_manifest_but_no_marker_is_not_the_builders(tmp_path, patch_file):

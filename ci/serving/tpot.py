@@ -247,7 +247,8 @@ class Runner:
 
 
 def _start(runner: Runner, build: str, launch: int, servers: dict[str, Server], record: dict) -> None:
-    port = free_port(DEFAULT_PORT + 10 * len(servers))
+    # ports of their own per launch and build: a server of the pair before may still be releasing its port
+    port = free_port(DEFAULT_PORT + 10 * (2 * launch + len(servers)))
     t0 = time.monotonic()
     servers[build] = runner.server(build, port, launch).start()
     record["startup_s"][build] = round(servers[build].wait_healthy(runner.health_timeout_s), 1)

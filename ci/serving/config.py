@@ -165,13 +165,42 @@ def server_env(tree: Path) -> dict[str, str]:
     return env
 
 
+GIB = 1 << 30
+
+
+def kv_cache_bytes(model: Path, profile: Profile, dp: int) -> int:
+    """A fixed KV cache for one server (``--kv-cache-memory-bytes``): what the profile's load can hold at
+    once on one rank (its share of the concurrent requests, each up to ``max_model_len`` tokens, bf16 K and V
+    of every layer), a quarter more, in whole GiB. With it vLLM sizes no KV cache from the device's free
+    memory, so two servers may start at once (``--start parallel``): its memory profiling reads the whole
+    device, and a server starting beside another would count the other's memory as its own."""
+    config = json.loads((model / "config.json").read_text())
+    heads = config.get("num_key_value_heads") or config["num_attention_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    per_token = 2 * config["num_hidden_layers"] * heads * head_dim * 2
+    requests = -(-profile.concurrency // dp)
+    need = 1.25 * per_token * requests * profile.max_model_len
+    return max(1, -(-int(need) // GIB)) * GIB
+
+
+def kv_cache_flag(tree: Path, nbytes: int | None) -> list[str]:
+    """``--kv-cache-memory-bytes N`` where ``nbytes`` is given; a :class:`UsageError` for a vLLM without it."""
+    if nbytes is None:
+        return []
+    arg_utils = tree / "vllm" / "engine" / "arg_utils.py"
+    if not (arg_utils.is_file() and '"--kv-cache-memory-bytes"' in arg_utils.read_text()):
+        raise UsageError(f"{tree}: this vLLM has no --kv-cache-memory-bytes, which --start parallel needs; "
+                         "use --start serial")  # fmt: skip
+    return ["--kv-cache-memory-bytes", str(nbytes)]
+
+
 def served_name(build: str) -> str:
     """The model name a server of this run answers to: proves a port is held by this run's server."""
     return f"gate-{procs.run_id()}-{build}"
 
 
 def serve_argv(tree: Path, model: Path, *, port: int, profile: Profile, dp: int, seed: int,
-               name: str | None = None) -> list[str]:  # fmt: skip
+               name: str | None = None, kv_bytes: int | None = None) -> list[str]:  # fmt: skip
     argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
             "--tokenizer", str(TOKENIZER_DIR), "--load-format", "dummy", "--port", str(port),
             "--host", "127.0.0.1", "--seed", str(seed), "--max-model-len", str(profile.max_model_len),
@@ -185,7 +214,7 @@ def serve_argv(tree: Path, model: Path, *, port: int, profile: Profile, dp: int,
         argv += ["--data-parallel-size", str(dp), "--enable-expert-parallel"]
     if name:
         argv += ["--served-model-name", name]
-    return argv + moe_backend_flag(tree)
+    return argv + kv_cache_flag(tree, kv_bytes) + moe_backend_flag(tree)
 
 
 def bench_args(model: Path, *, port: int, profile: Profile, prompts: int, out: Path, seed: int,

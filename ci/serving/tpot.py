@@ -50,6 +50,7 @@ from ci.serving.config import (
     block_size_table,
     case_id,
     decode_block_sizes,
+    kv_cache_bytes,
     model_dir,
     models,
     moe_backend_flag,
@@ -69,7 +70,11 @@ CLIENTS = {
 }
 CLIENT_SCRIPT = Path(__file__).resolve().parent / "bench_client.py"
 # what makes two TPOT runs comparable (ci.core.evidence checks them against a baseline)
-IDENTITY_KEYS = ("model", "model_config_sha256", "dp", "expert_parallel", "profile", "server_mode")
+IDENTITY_KEYS = ("model", "model_config_sha256", "dp", "expert_parallel", "profile", "server_mode", "start")
+STARTS = {
+    "serial": "a pair's servers start one after the other, each sizing its KV cache from the free memory",
+    "parallel": "a pair's servers start at once, each with a fixed KV cache (--kv-cache-memory-bytes)",
+}
 CLIENT_IMPORT_TIMEOUT_S = 600.0
 # profile fields a run may override (flag: field, type, least value); the results record the profile as run
 PROFILE_OVERRIDES = {"--launches": ("launches", int, 1), "--rounds-per-launch": ("rounds", int, 1),
@@ -209,14 +214,16 @@ class Runner:
     seed: int = 0
     client: BenchClient | None = None  # None: one ``vllm bench serve`` command per round
     aa: bool = False  # A/A: the "candidate" server runs the base tree too
+    start: str = "serial"  # STARTS
 
     def tree(self, build: str) -> Path:
         return self.trees.base if build == "base" or self.aa else self.trees.candidate
 
     def server(self, build: str, port: int, launch: int) -> Server:
         name = served_name(build)
+        kv = kv_cache_bytes(self.model, self.profile, self.dp) if self.start == "parallel" else None
         argv = serve_argv(self.tree(build), self.model, port=port, profile=self.profile, dp=self.dp, seed=self.seed,
-                          name=name)  # fmt: skip
+                          name=name, kv_bytes=kv)  # fmt: skip
         env = server_env(self.tree(build))
         return Server(f"vllm serve ({build}, launch {launch})", argv, port=port,
                       log=self.out_dir / f"server-l{launch}-{build}.log", env=env, served_name=name)  # fmt: skip
@@ -246,18 +253,40 @@ class Runner:
         return replace(parse_bench_result(out, build), machine=machine.summary(), server_itl_ms=itl)
 
 
-def _start(runner: Runner, build: str, launch: int, servers: dict[str, Server], record: dict) -> None:
-    # ports of their own per launch and build: a server of the pair before may still be releasing its port
-    port = free_port(DEFAULT_PORT + 10 * (2 * launch + len(servers)))
+def _start(runner: Runner, group: Sequence[str], launch: int, servers: dict[str, Server], record: dict) -> None:
+    """Start the servers of ``group`` and warm each up: one after the other (start, healthy, warm-up; the
+    seconds to healthy are each server's own), or all at once with ``runner.start`` parallel (the seconds are
+    from the pair's start)."""
+    parallel = runner.start == "parallel"
     t0 = time.monotonic()
-    servers[build] = runner.server(build, port, launch).start()
-    record["startup_s"][build] = round(servers[build].wait_healthy(runner.health_timeout_s), 1)
-    print(f"tpot: launch {launch}: {build} server healthy after {record['startup_s'][build]} s on port {port}",
-          flush=True)  # fmt: skip
+    if parallel:
+        for build in group:
+            servers[build] = runner.server(build, _port(launch, servers), launch).start()
+    for build in group:
+        if not parallel:
+            t0 = time.monotonic()
+            servers[build] = runner.server(build, _port(launch, servers), launch).start()
+        servers[build].wait_healthy(runner.health_timeout_s)
+        record["startup_s"][build] = round(time.monotonic() - t0, 1)
+        print(f"tpot: launch {launch}: {build} server healthy after {record['startup_s'][build]} s on port "
+              f"{servers[build].port}", flush=True)  # fmt: skip
+        if not parallel:
+            _warm_up(runner, build, launch, servers, record)
+    for build in group if parallel else ():
+        _warm_up(runner, build, launch, servers, record)
+
+
+def _warm_up(runner: Runner, build: str, launch: int, servers: dict[str, Server], record: dict) -> None:
     if runner.client is not None:
         runner.client.wait_ready()
+    w0 = time.monotonic()
     runner.bench(build, servers[build], f"warmup-l{launch}-{build}", runner.profile.warmup_prompts)
-    record["warmup_s"][build] = round(time.monotonic() - t0 - record["startup_s"][build], 1)
+    record["warmup_s"][build] = round(time.monotonic() - w0, 1)
+
+
+def _port(launch: int, servers: dict[str, Server]) -> int:
+    """Ports of their own per launch and build: a server of the pair before may still be releasing its port."""
+    return free_port(DEFAULT_PORT + 10 * (2 * launch + len(servers)))
 
 
 def _settle(runner: Runner, builds: Sequence[str], servers: dict[str, Server], launch: int, since: float) -> dict:
@@ -307,8 +336,7 @@ def run_launches(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundRe
             since = time.monotonic()
             groups = [order] if mode == "concurrent" else [(b,) for b in order]
             for group in groups:
-                for build in group:
-                    _start(runner, build, launch, servers, record)
+                _start(runner, group, launch, servers, record)
                 if runner.client is not None and "bench_client_import_s" not in timeline:
                     timeline["bench_client_import_s"] = runner.client.wait_ready()
                 record.setdefault("settle", []).append(_settle(runner, group, servers, launch, since))
@@ -364,7 +392,7 @@ def _signals_held():
 
 def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mode: str, rounds: list[RoundResult],
                         timeline: dict, client: str = "inprocess", aa: bool = False,
-                        profile: Profile | None = None) -> BenchResults:  # fmt: skip
+                        profile: Profile | None = None, start: str = "serial") -> BenchResults:  # fmt: skip
     """The results file of a TPOT A/B: one case, the median TPOT of each round as its samples, and the
     launch pair of each sample as its capture (``extra.blocks``): the core's interval is over the pairs."""
     profile = profile or PROFILES[profile_name]
@@ -382,6 +410,10 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
             "moe_backend_flag": moe_backend_flag(trees.base) or "none (auto)",
             "server_mode": mode,
             "bench_client": CLIENTS[client],
+            "start": start,
+            "kv_cache_bytes": kv_cache_bytes(model_dir(model), profile, dp)
+            if start == "parallel"
+            else "from free memory",
             "decode_block_size_m": [r for r in decode_block_sizes(model_dir(model), profile, dp) if r["profile"]],
         },
         extra={
@@ -413,15 +445,16 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
 
 def run_tpot(trees: Trees, model: str, profile_name: str, dp: int, out_dir: Path, mode: str, timeout: float,
              save_to: Path | None = None, client: str = "inprocess", aa: bool = False,
-             overrides: dict | None = None) -> BenchResults:  # fmt: skip
+             overrides: dict | None = None, start: str = "serial") -> BenchResults:  # fmt: skip
     """One TPOT A/B (or A/A); ``overrides`` replaces fields of the profile (``--launches``, ...), and the
-    results record the profile as run."""
+    results record the profile as run; ``start``: how a pair's servers start (``STARTS``)."""
     profile = replace(PROFILES[profile_name], **(overrides or {}))
     bench_client = BenchClient(trees.base, out_dir / "bench-client.log") if client == "inprocess" else None
-    runner = Runner(trees, model_dir(model), profile, dp, out_dir, timeout, client=bench_client, aa=aa)
+    runner = Runner(trees, model_dir(model), profile, dp, out_dir, timeout, client=bench_client, aa=aa, start=start)
 
     def results(rounds, timeline):
-        return results_from_rounds(trees, model, profile_name, dp, mode, rounds, timeline, client, aa, profile)
+        return results_from_rounds(trees, model, profile_name, dp, mode, rounds, timeline, client, aa, profile,
+                                   start)  # fmt: skip
 
     def save(rounds, timeline):
         if save_to is not None:
@@ -452,6 +485,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", choices=sorted(PROFILES), default="pr")
     parser.add_argument("--dp", type=int, help="data-parallel size = EP size (default: every visible GPU)")
     parser.add_argument("--server-mode", choices=("concurrent", "sequential"), default="concurrent")
+    parser.add_argument("--start", choices=sorted(STARTS), default="serial",
+                        help="; ".join(f"{k}: {v}" for k, v in STARTS.items()))  # fmt: skip
     parser.add_argument(
         "--bench-client",
         choices=sorted(CLIENTS),
@@ -473,6 +508,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     bad = [f"{flag} {v}" for flag, (f, _, low) in PROFILE_OVERRIDES.items() if (v := overrides.get(f, low)) < low]
     if bad:
         raise UsageError(f"{', '.join(bad)}: launches and rounds need at least 1, the settling cap at least 0 s")
+    if args.start == "parallel" and args.server_mode == "sequential":
+        raise UsageError("--start parallel starts a pair's two servers at once: it needs --server-mode concurrent")
     if args.block_sizes:
         dp = args.dp or 1
         print(f"{args.model}, profile {args.profile}, DP = EP = {dp}: block_size_m per decode step (ci.kernel.spec)")
@@ -487,7 +524,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rounds = rounds_from_dir(args.from_rounds)
         profile = replace(PROFILES[args.profile], **overrides)
         results = results_from_rounds(trees, args.model, args.profile, args.dp_of_rounds, args.server_mode, rounds, {},
-                                      args.bench_client, args.aa, profile)  # fmt: skip
+                                      args.bench_client, args.aa, profile, args.start)  # fmt: skip
         results.save(out)
         print(f"tpot: {len(rounds)} rounds from {args.from_rounds} written to {out}")
         return 0
@@ -501,7 +538,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if busy and not args.allow_busy:
         raise GPUBusyError(f"the GPU is busy: {busy[0]}; wait for it, or pass --allow-busy (TPOT will be noisy)")
     results = run_tpot(trees, args.model, args.profile, dp, args.out, args.server_mode, args.health_timeout,
-                       save_to=out, client=args.bench_client, aa=args.aa, overrides=overrides)  # fmt: skip
+                       save_to=out, client=args.bench_client, aa=args.aa, overrides=overrides,
+                       start=args.start)  # fmt: skip
     results.save(out)
     print(f"tpot: results written to {out}")
     return 0

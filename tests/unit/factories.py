@@ -136,7 +136,7 @@ def plain_diff(path: str, old: str, new: str) -> str:
 STANDIN = Path(__file__).with_name("standin_vllm.py")
 
 
-def fake_tree(root: Path, *, moe_flag: bool = True, bench_module: bool = True) -> Path:
+def fake_tree(root: Path, *, moe_flag: bool = True, bench_module: bool = True, kv_flag: bool = True) -> Path:
     cli = root / "vllm" / "entrypoints" / "cli"
     cli.mkdir(parents=True)
     for pkg in (root / "vllm", root / "vllm" / "entrypoints", cli):
@@ -151,5 +151,6 @@ def fake_tree(root: Path, *, moe_flag: bool = True, bench_module: bool = True) -
             "from argparse import ArgumentParser as FlexibleArgumentParser  # noqa: F401\n"
         )
     (root / "vllm" / "engine").mkdir()
-    (root / "vllm" / "engine" / "arg_utils.py").write_text('add("--moe-backend")\n' if moe_flag else "")
+    flags = [f for f, on in (("--moe-backend", moe_flag), ("--kv-cache-memory-bytes", kv_flag)) if on]
+    (root / "vllm" / "engine" / "arg_utils.py").write_text("".join(f'add("{f}")\n' for f in flags))
     return root

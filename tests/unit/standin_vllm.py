@@ -5,7 +5,8 @@ Installed into fake vLLM trees by the TPOT tests, twice: as ``vllm/entrypoints/c
 (``add_cli_args`` and ``main``, which ``ci/serving/bench_client.py`` imports). Behaviour is set by
 environment variables: STANDIN_MODE (ok | die | never-healthy), STANDIN_TPOT (ms, the
 server's), STANDIN_TPOT_SEQUENCE (comma-separated: the server's first answers, a slow start),
-STANDIN_DELAY (s before healthy), STANDIN_BENCH (ok | fail). The bench asks the
+STANDIN_DELAY (s before healthy), STANDIN_HEALTHY_AFTER_FILE (not healthy before that file exists),
+STANDIN_BENCH (ok | fail). The bench asks the
 server for its TPOT, so a result says which server it measured; like vLLM, a server started with
 ``--served-model-name`` lists it at ``/v1/models`` and refuses (404) requests for another model.
 `serve` also starts a child process, so the tests can check the whole group is stopped, and
@@ -66,7 +67,8 @@ def serve(argv):
                 self.end_headers()
                 self.wfile.write(json.dumps({"object": "list", "data": [{"id": served}]}).encode())
                 return
-            healthy = self.path == "/health" and mode != "never-healthy"
+            gate = os.environ.get("STANDIN_HEALTHY_AFTER_FILE")  # not healthy until that file exists
+            healthy = self.path == "/health" and mode != "never-healthy" and (not gate or os.path.exists(gate))
             self.send_response(200 if healthy else 503)
             self.end_headers()
 

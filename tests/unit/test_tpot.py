@@ -26,9 +26,11 @@ QWEN = sc.model_dir("qwen3-30b-a3b-like")
 
 @pytest.fixture(autouse=True)
 def worker_ports(monkeypatch) -> None:
-    """Ports of their own for each pytest-xdist worker: servers of parallel tests must not race for one."""
+    """Ports of their own for each pytest-xdist worker, and apart for two test sessions at once (e.g. mutmut
+    beside a test run): servers of parallel tests must not race for one (free_port checks, then the server binds)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    monkeypatch.setattr(tpot, "DEFAULT_PORT", 20000 + 500 * (int(worker) if worker.isdigit() else 0))
+    session = 1000 * (os.getppid() % 20)  # the xdist workers of one session share their parent
+    monkeypatch.setattr(tpot, "DEFAULT_PORT", 20000 + session + 500 * (int(worker) if worker.isdigit() else 0))
 
 
 @pytest.fixture
@@ -278,6 +280,40 @@ def test_profile_overrides_are_checked_and_recorded(standin_trees, tmp_path, mon
 
     problems = evidence.run_problems(results)  # the suite's profile "t" runs 2 pairs of 3 rounds
     assert "case qwen3-30b-a3b-like/dp1-ep1/t: 1 sample(s) of 'base', at least 6 are needed" in problems
+
+
+def test_a_fixed_kv_cache_is_what_the_profile_can_hold_on_one_rank(tmp_path):
+    """Qwen3-30B-A3B-like: 48 layers x 4 KV heads x 128 x K and V in bf16 = 96 KiB a token."""
+    assert sc.kv_cache_bytes(QWEN, sc.PROFILES["pr"], 1) == 2 * sc.GIB  # 1.25 x 16 x 1024 tokens = 1.9 GiB
+    assert sc.kv_cache_bytes(QWEN, sc.PROFILES["pr-ep"], 2) == 8 * sc.GIB  # 64 requests a rank: 7.5 GiB
+    argv = sc.serve_argv(fake_tree(tmp_path / "t"), QWEN, port=1, profile=sc.PROFILES["pr"], dp=1, seed=0,
+                         kv_bytes=2 * sc.GIB)  # fmt: skip
+    assert argv[argv.index("--kv-cache-memory-bytes") + 1] == str(2 * sc.GIB)
+    from ci.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="this vLLM has no --kv-cache-memory-bytes, which --start parallel needs"):
+        sc.serve_argv(fake_tree(tmp_path / "old", kv_flag=False), QWEN, port=1, profile=sc.PROFILES["pr"], dp=1,
+                      seed=0, kv_bytes=sc.GIB)  # fmt: skip
+
+
+def test_parallel_start_launches_both_servers_of_a_pair_at_once(standin_trees, tmp_path, monkeypatch):
+    """Each stand-in server is healthy only once the candidate's server of the pair has been started: started
+    one after the other, the base server never gets healthy; started at once, both do, each with a fixed
+    KV cache on its command line, and the results record how they started."""
+    _tiny_profile(monkeypatch, launches=1, rounds=1)
+    out = tmp_path / "out"
+    monkeypatch.setenv("STANDIN_HEALTHY_AFTER_FILE", str(out / "server-l0-candidate.log"))
+    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, out, "concurrent", 20, start="parallel")
+    assert results.cases[0].samples == {"base": [10.0], "candidate": [10.0]}
+    assert results.cases[0].info["start"] == "parallel" and results.cases[0].info["kv_cache_bytes"] == sc.GIB
+    assert "--kv-cache-memory-bytes" in (out / "server-l0-base.log").read_text()
+    monkeypatch.setenv("STANDIN_HEALTHY_AFTER_FILE", str(tmp_path / "serial" / "server-l0-candidate.log"))
+    with pytest.raises(ServerError, match=r"vllm serve \(base, launch 0\) was not healthy after 3 s"):
+        tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "serial", "concurrent", 3)
+    from ci.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="--start parallel starts a pair's two servers at once"):
+        tpot.main(["--start", "parallel", "--server-mode", "sequential", "--block-sizes"])
 
 
 def test_server_side_decode_timing_from_metrics():

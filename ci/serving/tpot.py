@@ -69,6 +69,7 @@ CLIENTS = {
     "cli": "one vllm bench serve command per round, from the measured build's tree",
 }
 CLIENT_SCRIPT = Path(__file__).resolve().parent / "bench_client.py"
+INJECT_DIR = Path(__file__).resolve().parent / "inject"  # sitecustomize: the injected slowdown
 # what makes two TPOT runs comparable (ci.core.evidence checks them against a baseline)
 IDENTITY_KEYS = ("model", "model_config_sha256", "dp", "expert_parallel", "profile", "server_mode", "start")
 STARTS = {
@@ -215,6 +216,7 @@ class Runner:
     client: BenchClient | None = None  # None: one ``vllm bench serve`` command per round
     aa: bool = False  # A/A: the "candidate" server runs the base tree too
     start: str = "serial"  # STARTS
+    inject_sleep_us: float = 0.0  # > 0 (A/A only): a GPU sleep in each fused_marlin_moe call of the candidate
 
     def tree(self, build: str) -> Path:
         return self.trees.base if build == "base" or self.aa else self.trees.candidate
@@ -225,6 +227,9 @@ class Runner:
         argv = serve_argv(self.tree(build), self.model, port=port, profile=self.profile, dp=self.dp, seed=self.seed,
                           name=name, kv_bytes=kv)  # fmt: skip
         env = server_env(self.tree(build))
+        if build == "candidate" and self.inject_sleep_us > 0:  # ci/serving/inject/sitecustomize.py
+            env["PYTHONPATH"] = os.pathsep.join([str(INJECT_DIR), env["PYTHONPATH"]])
+            env["GATE_INJECT_SLEEP_US"] = str(self.inject_sleep_us)
         return Server(f"vllm serve ({build}, launch {launch})", argv, port=port,
                       log=self.out_dir / f"server-l{launch}-{build}.log", env=env, served_name=name)  # fmt: skip
 
@@ -392,7 +397,8 @@ def _signals_held():
 
 def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mode: str, rounds: list[RoundResult],
                         timeline: dict, client: str = "inprocess", aa: bool = False,
-                        profile: Profile | None = None, start: str = "serial") -> BenchResults:  # fmt: skip
+                        profile: Profile | None = None, start: str = "serial",
+                        inject_sleep_us: float = 0.0) -> BenchResults:  # fmt: skip
     """The results file of a TPOT A/B: one case, the median TPOT of each round as its samples, and the
     launch pair of each sample as its capture (``extra.blocks``): the core's interval is over the pairs."""
     profile = profile or PROFILES[profile_name]
@@ -435,7 +441,9 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
             "complete": complete,
             "rounds_done": len(rounds),
             "aa": aa,
-            "candidate": "base (A/A run)" if aa else "candidate tree",
+            "candidate": ("base (A/A run)" if aa else "candidate tree")
+            + (f" with a GPU sleep of {inject_sleep_us} us in each fused_marlin_moe call" if inject_sleep_us else ""),
+            "inject_sleep_us": inject_sleep_us,
             "expected_cases": [case_id(model, profile_name, dp)],
             "identity_keys": list(IDENTITY_KEYS),
         },
@@ -445,16 +453,20 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
 
 def run_tpot(trees: Trees, model: str, profile_name: str, dp: int, out_dir: Path, mode: str, timeout: float,
              save_to: Path | None = None, client: str = "inprocess", aa: bool = False,
-             overrides: dict | None = None, start: str = "serial") -> BenchResults:  # fmt: skip
+             overrides: dict | None = None, start: str = "serial",
+             inject_sleep_us: float = 0.0) -> BenchResults:  # fmt: skip
     """One TPOT A/B (or A/A); ``overrides`` replaces fields of the profile (``--launches``, ...), and the
     results record the profile as run; ``start``: how a pair's servers start (``STARTS``)."""
     profile = replace(PROFILES[profile_name], **(overrides or {}))
     bench_client = BenchClient(trees.base, out_dir / "bench-client.log") if client == "inprocess" else None
-    runner = Runner(trees, model_dir(model), profile, dp, out_dir, timeout, client=bench_client, aa=aa, start=start)
+    if inject_sleep_us and not aa:
+        raise UsageError("--inject-sleep-us slows the candidate of an A/A run (the error rates): pass --aa too")
+    runner = Runner(trees, model_dir(model), profile, dp, out_dir, timeout, client=bench_client, aa=aa, start=start,
+                    inject_sleep_us=inject_sleep_us)  # fmt: skip
 
     def results(rounds, timeline):
         return results_from_rounds(trees, model, profile_name, dp, mode, rounds, timeline, client, aa, profile,
-                                   start)  # fmt: skip
+                                   start, inject_sleep_us)  # fmt: skip
 
     def save(rounds, timeline):
         if save_to is not None:
@@ -495,6 +507,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health")
     parser.add_argument("--aa", action="store_true", help="A/A run: both servers run the base tree (the noise floor)")
+    parser.add_argument("--inject-sleep-us", type=float, default=0.0, metavar="US",
+                        help="with --aa: a GPU sleep of US microseconds in each fused_marlin_moe call of the candidate "
+                        "server, captured into its CUDA graphs (the error rates)")  # fmt: skip
     for flag, (field, kind, _) in PROFILE_OVERRIDES.items():
         parser.add_argument(flag, dest=field, type=kind, help=f"the profile's {field}, overridden (recorded)")
     parser.add_argument("--out", type=Path, help=f"folder for {outputs.TPOT_RESULTS} and the run's logs")
@@ -508,6 +523,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     bad = [f"{flag} {v}" for flag, (f, _, low) in PROFILE_OVERRIDES.items() if (v := overrides.get(f, low)) < low]
     if bad:
         raise UsageError(f"{', '.join(bad)}: launches and rounds need at least 1, the settling cap at least 0 s")
+    if args.inject_sleep_us < 0 or (args.inject_sleep_us and not args.aa):
+        raise UsageError(f"--inject-sleep-us {args.inject_sleep_us}: a positive sleep, with --aa (the candidate of an "
+                         "A/A run is slowed; the error rates)")  # fmt: skip
     if args.start == "parallel" and args.server_mode == "sequential":
         raise UsageError("--start parallel starts a pair's two servers at once: it needs --server-mode concurrent")
     if args.block_sizes:
@@ -539,7 +557,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise GPUBusyError(f"the GPU is busy: {busy[0]}; wait for it, or pass --allow-busy (TPOT will be noisy)")
     results = run_tpot(trees, args.model, args.profile, dp, args.out, args.server_mode, args.health_timeout,
                        save_to=out, client=args.bench_client, aa=args.aa, overrides=overrides,
-                       start=args.start)  # fmt: skip
+                       start=args.start, inject_sleep_us=args.inject_sleep_us)  # fmt: skip
     results.save(out)
     print(f"tpot: results written to {out}")
     return 0

@@ -316,6 +316,83 @@ def test_parallel_start_launches_both_servers_of_a_pair_at_once(standin_trees, t
         tpot.main(["--start", "parallel", "--server-mode", "sequential", "--block-sizes"])
 
 
+FAKE_TORCH = """
+import os
+calls = []
+class _Cuda:
+    def _sleep(self, cycles):
+        calls.append(cycles)
+    def is_current_stream_capturing(self):
+        return os.environ.get("FAKE_CAPTURING") == "1"
+    class Event:
+        def __init__(self, enable_timing):
+            pass
+        def record(self):
+            pass
+        def synchronize(self):
+            pass
+        def elapsed_time(self, other):
+            return 0.5  # ms for the 1,000,000 calibration cycles: 2,000 cycles a microsecond
+cuda = _Cuda()
+"""
+MARLIN = "def fused_marlin_moe(x):\n    return 2 * x\n\ndef apply(x):\n    return fused_marlin_moe(x)\n"
+
+
+def test_the_injected_sleep_is_timed_then_runs_before_every_fused_marlin_moe_call(tmp_path):
+    """ci/serving/inject/sitecustomize.py in a fresh process, with a stand-in torch and vLLM module: the module's
+    own calls (global lookup, as MarlinExperts.apply makes them) go through the sleep; the next sitecustomize on
+    the path still runs; a first call inside a graph capture is refused (nothing can be timed there)."""
+    import subprocess
+    import sys
+
+    fake = tmp_path / "site"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    module = fake / "vllm/model_executor/layers/fused_moe/experts/marlin_moe.py"
+    module.parent.mkdir(parents=True)
+    module.write_text(MARLIN)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import os\nos.environ['OTHER_SITECUSTOMIZE'] = 'ran'\n")
+    code = (
+        "import os, torch\nfrom vllm.model_executor.layers.fused_moe.experts import marlin_moe as m\n"
+        "print(m.apply(3), m.fused_marlin_moe(4), torch.calls, os.environ.get('OTHER_SITECUSTOMIZE'))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tpot.INJECT_DIR), str(fake), str(other)]),
+           "GATE_INJECT_SLEEP_US": "5"}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert done.stdout.split(" ", 2)[:2] == ["6", "8"], done.stderr
+    assert done.stdout.strip().endswith("[1000, 1000000, 10000, 10000] ran")  # warm, time, then 5 us a call
+    assert "gate injection: 5.0 us = 10000 GPU sleep cycles a fused_marlin_moe call" in done.stderr
+    captured = subprocess.run([sys.executable, "-c", code], env={**env, "FAKE_CAPTURING": "1"}, capture_output=True,
+                              text=True, cwd=tmp_path)  # fmt: skip
+    assert captured.returncode == 1 and "inside a graph capture, so the sleep cannot be timed" in captured.stderr
+    plain = subprocess.run([sys.executable, "-c", code], env={**env, "GATE_INJECT_SLEEP_US": ""},
+                           capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert plain.stdout.strip() == "6 8 [] ran"  # no sleep asked: the module is left alone
+
+
+def test_only_the_candidate_server_of_an_aa_run_gets_the_sleep(standin_trees, tmp_path, monkeypatch):
+    from ci.core.errors import UsageError
+
+    runner = tpot.Runner(standin_trees, QWEN, sc.PROFILES["pr"], 1, tmp_path, 10, aa=True, inject_sleep_us=2.5)
+    cand, base = runner.server("candidate", 1, 0), runner.server("base", 2, 0)
+    assert cand.env["GATE_INJECT_SLEEP_US"] == "2.5" and cand.env["PYTHONPATH"].startswith(str(tpot.INJECT_DIR))
+    assert "GATE_INJECT_SLEEP_US" not in base.env and str(tpot.INJECT_DIR) not in base.env["PYTHONPATH"]
+    assert (
+        str(standin_trees.base) in cand.env["PYTHONPATH"] and str(standin_trees.candidate) not in cand.env["PYTHONPATH"]
+    )
+    _tiny_profile(monkeypatch, launches=1, rounds=1)
+    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", "concurrent", 30, aa=True,
+                            inject_sleep_us=2.5)  # fmt: skip
+    assert results.settings["inject_sleep_us"] == 2.5
+    assert results.settings["candidate"] == "base (A/A run) with a GPU sleep of 2.5 us in each fused_marlin_moe call"
+    with pytest.raises(UsageError, match="--inject-sleep-us slows the candidate of an A/A run"):
+        tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "x", "concurrent", 30, inject_sleep_us=1)
+    with pytest.raises(UsageError, match=r"--inject-sleep-us 2.0: a positive sleep, with --aa"):
+        tpot.main(["--inject-sleep-us", "2", "--block-sizes"])
+
+
 def test_server_side_decode_timing_from_metrics():
     from ci.serving.server import parse_metrics, server_itl_ms
 

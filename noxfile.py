@@ -378,6 +378,12 @@ def tpot(session: nox.Session) -> None:
     _gpu_stage(session, "ci.serving.tpot")
 
 
+@nox.session(default=False)
+def tpot_error_rates(session: nox.Session) -> None:
+    """The TPOT gate's false alarms and detection here: TPOT A/A runs, and A/A runs with a GPU sleep (docs/tpot.md)."""
+    _gpu_stage(session, "ci.serving.error_rates", outputs.ERROR_RATES)
+
+
 @nox.session(python=False, default=False)
 def clean(session: nox.Session) -> None:
     """What .gate holds (releases, trees, branch pairs, outputs) with sizes; `-- NAME...` or `-- --all` removes."""

@@ -17,71 +17,21 @@ results of the run) and ``DIR/error-rates.json`` / ``DIR/error-rates.md`` (the t
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ci.core import stats
+from ci.core import rates, stats
 from ci.core.cli import run_main
-from ci.core.compare import GateReport, compare_ab
+from ci.core.compare import compare_ab
 from ci.core.errors import UsageError
 from ci.core.jsonio import write_json
 from ci.kernel import bench
 
 KIND = "ep-marlin-error-rates"
 VERSION = 1
-SUMMARY_JSON, SUMMARY_MD = "error-rates.json", "error-rates.md"
-DEFAULT_INJECT = (0.02, 0.035, 0.05)
-TARGETS = {  # README: what the gate must achieve per case on one H200
-    "aa": "no FAIL and no INCONCLUSIVE",
-    0.02: "never FAIL",
-    0.035: "FAIL in at least 90%",
-    0.05: "FAIL in 100%",
-}
 SIM_TRIALS = 2000
-
-
-def run_name(inject: float, index: int) -> str:
-    return f"aa-{index}" if not inject else f"inject-{inject * 100:g}pct"
-
-
-def summarize(name: str, inject: float, gate: GateReport, wall_time_s: float) -> dict:
-    """One run's row: the verdicts of its cases, its largest A/A deviation, its interval widths."""
-    counts = {v.value: sum(c.verdict == v for c in gate.cases) for v in stats.Verdict}
-    timed = [c.effect for c in gate.cases if c.effect is not None]
-    ratios = [e.ratio for e in timed]
-    widths = [e.ci_high - e.ci_low for e in timed if math.isfinite(e.ci_high)]
-    farthest = max(ratios, key=lambda r: abs(math.log(r)), default=None)
-    return {
-        "run": name,
-        "inject": inject,
-        "cases": len(gate.cases),
-        "verdicts": counts,
-        "overall": gate.overall.value,
-        "median_ratio": stats.median(ratios) if ratios else None,
-        "farthest_ratio": farthest,
-        "median_ci_width": stats.median(widths) if widths else None,
-        "largest_ci_width": max(widths, default=None),
-        "wall_time_s": round(wall_time_s, 1),
-        "not_pass": sorted(c.id for c in gate.cases if c.verdict != stats.Verdict.PASS),
-    }
-
-
-def pooled(rows: Sequence[dict]) -> dict[str, dict]:
-    """Per level (``aa`` or the injected fraction): cases and the share of each verdict, over its runs."""
-    levels: dict[str, dict] = {}
-    for row in rows:
-        key = "aa" if not row["inject"] else f"{row['inject']:g}"
-        level = levels.setdefault(key, {"runs": 0, "cases": 0, "counts": dict.fromkeys(row["verdicts"], 0)})
-        level["runs"] += 1
-        level["cases"] += row["cases"]
-        for verdict, n in row["verdicts"].items():
-            level["counts"][verdict] = level["counts"].get(verdict, 0) + n
-    for level in levels.values():
-        level["share"] = {v: (n / level["cases"] if level["cases"] else None) for v, n in level["counts"].items()}
-    return levels
 
 
 def simulated(blocks: int, repeats: int, levels: Sequence[float]) -> dict[str, dict[str, float]]:
@@ -92,10 +42,6 @@ def simulated(blocks: int, repeats: int, levels: Sequence[float]) -> dict[str, d
                                 blocks=blocks)  # fmt: skip
         out["aa" if not inject else f"{inject:g}"] = {v.value: s for v, s in shares.items()}
     return out
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1%}"
 
 
 def markdown(payload: dict) -> str:
@@ -111,13 +57,13 @@ def markdown(payload: dict) -> str:
     ]
     for key, level in payload["pooled"].items():
         sim = payload["simulated"].get(key, {})
-        target = TARGETS.get("aa" if key == "aa" else float(key), "")
+        target = rates.TARGETS.get("aa" if key == "aa" else float(key), "")
         label = "A/A (no change)" if key == "aa" else f"+{float(key):.1%} injected"
         share = level["share"]
         lines.append(
-            f"| {label} | {level['runs']} | {level['cases']} | {_pct(share.get('PASS'))} | "
-            f"{_pct(share.get('INCONCLUSIVE'))} | {_pct(share.get('FAIL'))} | {target} | "
-            f"{_pct(sim.get('PASS'))} / {_pct(sim.get('INCONCLUSIVE'))} / {_pct(sim.get('FAIL'))} |"
+            f"| {label} | {level['runs']} | {level['cases']} | {rates.pct(share.get('PASS'))} | "
+            f"{rates.pct(share.get('INCONCLUSIVE'))} | {rates.pct(share.get('FAIL'))} | {target} | "
+            f"{rates.pct(sim.get('PASS'))} / {rates.pct(sim.get('INCONCLUSIVE'))} / {rates.pct(sim.get('FAIL'))} |"
         )
     lines += [
         "",
@@ -134,23 +80,6 @@ def markdown(payload: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _levels(text: str) -> tuple[float, ...]:
-    try:
-        levels = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise UsageError(f"--inject {text!r}: give fractions separated by commas, e.g. 0.02,0.035,0.05") from None
-    if not all(0 < x <= 0.5 for x in levels):
-        raise UsageError(f"--inject {text!r}: each slowdown is a fraction in (0, 0.5], e.g. 0.035 for +3.5%")
-    return levels
-
-
-def _check_out(out: Path) -> None:
-    """The out dir is new, empty, or an earlier error-rates folder (never someone else's files)."""
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / SUMMARY_JSON).exists())):
-        raise UsageError(f"--out {out}: exists and is not an error-rates folder (no {SUMMARY_JSON}); "
-                         "choose a new or empty folder")  # fmt: skip
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.kernel.error_rates", description=__doc__.split("\n\n")[0])
     parser.add_argument("--manifest", type=Path, required=True, help="manifest.json of the trees (ci.trees.build)")
@@ -159,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cases", help="A/A runs: only case ids matching this glob")
     parser.add_argument("--inject-cases", help="injected runs: only case ids matching this glob (default: --cases)")
     parser.add_argument("--aa-runs", type=int, default=3, help="A/A runs (%(default)s)")
-    parser.add_argument("--inject", type=_levels, default=DEFAULT_INJECT, help="slowdowns, e.g. 0.02,0.035,0.05")
+    parser.add_argument("--inject", type=rates.parse_levels, default=rates.DEFAULT_INJECT,
+                        help="slowdowns, e.g. 0.02,0.035,0.05")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=bench.DEFAULT_REPEATS, help="rounds per build (%(default)s)")
     parser.add_argument("--blocks", type=int, default=bench.DEFAULT_BLOCKS, help="captures per build (%(default)s)")
     parser.add_argument("--allow-busy", action="store_true", help="measure even if another process uses the GPU")
@@ -170,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     aa_cases = bench.suite_cases(args.suite, args.cases)
     inject_filter = args.inject_cases or args.cases
     inject_cases = bench.suite_cases(args.suite, inject_filter)
-    _check_out(args.out)
+    rates.check_out(args.out)
 
     from ci.core.errors import GPUBusyError
     from ci.runner import gpu
@@ -196,13 +126,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "aa_cases": args.cases,
             "inject_cases": inject_filter,
         },
-        "targets": {str(k): v for k, v in TARGETS.items()},
+        "targets": {str(k): v for k, v in rates.TARGETS.items()},
         "simulated": simulated(args.blocks, args.repeats, args.inject),
         "runs": [],
     }
     args.out.mkdir(parents=True, exist_ok=True)
     for inject, index, cases, case_filter in plan:
-        name = run_name(inject, index)
+        name = rates.run_name(inject, index)
         started = time.time()
         print(f"error_rates: run {name} ({len(cases)} cases)", flush=True)
         results = bench.run_suite(trees, cases, args.repeats, args.suite, aa=True, case_filter=case_filter,
@@ -210,10 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.save(args.out / f"{name}.json")
         gate = compare_ab(results, stats.DEFAULT_THRESHOLD, stats.DEFAULT_CONFIDENCE)
         payload["provenance"] = results.provenance
-        payload["runs"].append(summarize(name, inject, gate, time.time() - started))
-        payload["pooled"] = pooled(payload["runs"])
-        write_json(args.out / SUMMARY_JSON, payload)
-        (args.out / SUMMARY_MD).write_text(markdown(payload))
+        payload["runs"].append(rates.summarize(name, inject, gate, time.time() - started))
+        payload["pooled"] = rates.pooled(payload["runs"])
+        write_json(args.out / rates.SUMMARY_JSON, payload)
+        (args.out / rates.SUMMARY_MD).write_text(markdown(payload))
         print(markdown(payload), flush=True)
     return 0
 

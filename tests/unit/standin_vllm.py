@@ -33,6 +33,8 @@ def serve(argv):
     served = argv[argv.index("--served-model-name") + 1] if "--served-model-name" in argv else argv[0]
     mode = os.environ.get("STANDIN_MODE", "ok")
     tpot = os.environ.get("STANDIN_TPOT", "10")
+    if os.environ.get("GATE_INJECT_SLEEP_US"):  # the injected sleep in 48 MoE layers a step (ci/serving/inject)
+        tpot = str(float(tpot) + 48 * float(os.environ["GATE_INJECT_SLEEP_US"]) / 1000)
     print(f"standin serve on {port}, mode {mode}, args {argv}", flush=True)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     with open(os.environ["STANDIN_CHILD_PID_FILE"], "w") as fh:

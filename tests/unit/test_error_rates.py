@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ci.core import stats
+from ci.core import rates, stats
 from ci.core.compare import compare_ab
 from ci.core.errors import UsageError
 from ci.kernel import error_rates
@@ -16,7 +16,7 @@ def _gate(ratios):
 
 
 def test_a_run_row_counts_verdicts_and_finds_the_farthest_ratio():
-    row = error_rates.summarize("aa-1", 0.0, _gate({"a": 1.0, "b": 1.012, "c": 0.99, "d": 1.2}), 12.34)
+    row = rates.summarize("aa-1", 0.0, _gate({"a": 1.0, "b": 1.012, "c": 0.99, "d": 1.2}), 12.34)
     assert row["verdicts"]["PASS"] == 3 and row["verdicts"]["FAIL"] == 1 and row["cases"] == 4
     assert row["farthest_ratio"] == pytest.approx(1.2, rel=0.01) and row["overall"] == "FAIL"
     assert row["not_pass"] == ["d"] and row["wall_time_s"] == 12.3
@@ -24,17 +24,17 @@ def test_a_run_row_counts_verdicts_and_finds_the_farthest_ratio():
 
 
 def test_levels_pool_their_runs_and_give_shares():
-    rows = [error_rates.summarize(f"aa-{i}", 0.0, _gate({"a": 1.0, "b": 1.0}), 1) for i in (1, 2)]
-    rows.append(error_rates.summarize("inject-5pct", 0.05, _gate({"a": 1.05, "b": 1.05, "c": 1.0, "d": 1.05}), 1))
-    levels = error_rates.pooled(rows)
+    rows = [rates.summarize(f"aa-{i}", 0.0, _gate({"a": 1.0, "b": 1.0}), 1) for i in (1, 2)]
+    rows.append(rates.summarize("inject-5pct", 0.05, _gate({"a": 1.05, "b": 1.05, "c": 1.0, "d": 1.05}), 1))
+    levels = rates.pooled(rows)
     assert levels["aa"]["runs"] == 2 and levels["aa"]["cases"] == 4 and levels["aa"]["share"]["PASS"] == 1.0
     assert levels["0.05"]["cases"] == 4 and levels["0.05"]["share"]["FAIL"] == 0.75
     assert levels["0.05"]["share"]["PASS"] == 0.25
 
 
 def test_the_table_puts_the_simulation_beside_the_measurement():
-    rows = [error_rates.summarize("inject-3.5pct", 0.035, _gate({"a": 1.035, "b": 1.0}), 3)]
-    payload = {"gpu": "NVIDIA H200", "runs": rows, "pooled": error_rates.pooled(rows),
+    rows = [rates.summarize("inject-3.5pct", 0.035, _gate({"a": 1.035, "b": 1.0}), 3)]
+    payload = {"gpu": "NVIDIA H200", "runs": rows, "pooled": rates.pooled(rows),
                "settings": {"suite": "default", "blocks": 30, "repeats": 90, "threshold": 0.03},
                "simulated": {"0.035": {"PASS": 0.0, "INCONCLUSIVE": 0.07, "FAIL": 0.93}}}  # fmt: skip
     text = error_rates.markdown(payload)
@@ -43,7 +43,7 @@ def test_the_table_puts_the_simulation_beside_the_measurement():
 
 
 def test_run_names():
-    assert error_rates.run_name(0.0, 2) == "aa-2" and error_rates.run_name(0.035, 1) == "inject-3.5pct"
+    assert rates.run_name(0.0, 2) == "aa-2" and rates.run_name(0.035, 1) == "inject-3.5pct"
 
 
 @pytest.mark.parametrize(
@@ -69,7 +69,7 @@ def test_a_folder_of_other_files_is_refused_and_left_alone(tmp_path):
         error_rates.main(["--manifest", str(tmp_path / "m.json"), "--out", str(out)])
     assert (out / "notes.txt").read_text() == "keep"
     (out / "notes.txt").unlink()
-    error_rates._check_out(out)  # empty: fine
-    (out / error_rates.SUMMARY_JSON).write_text("{}")
+    rates.check_out(out)  # empty: fine
+    (out / rates.SUMMARY_JSON).write_text("{}")
     (out / "aa-1.json").write_text("{}")
-    error_rates._check_out(out)  # an earlier error-rates folder: fine
+    rates.check_out(out)  # an earlier error-rates folder: fine

@@ -393,6 +393,46 @@ def test_only_the_candidate_server_of_an_aa_run_gets_the_sleep(standin_trees, tm
         tpot.main(["--inject-sleep-us", "2", "--block-sizes"])
 
 
+def test_tpot_error_rates_size_the_sleep_from_the_pilot_and_judge_every_run(standin_trees, tmp_path, monkeypatch):
+    """The first A/A is the pilot: its base TPOT (10 ms) over 48 MoE layers sizes a +5% sleep at 10.417 us a call,
+    which the stand-in server adds to its TPOT as the real one would (48 calls a step): FAIL; the A/A: PASS."""
+    from ci.runner import gpu
+    from ci.serving import error_rates
+    from ci.trees import build
+
+    _tiny_profile(monkeypatch, launches=6, rounds=1)
+    monkeypatch.setattr(
+        gpu,
+        "query",
+        lambda: (
+            "580",
+            [gpu.GpuInfo(index=0, name="NVIDIA H200", uuid="u", memory_total_mib=143771, memory_used_mib=0)],
+        ),
+    )
+    monkeypatch.setattr(build, "load_trees", lambda manifest: standin_trees)
+    out = tmp_path / "rates"
+    argv = ["--manifest", "m.json", "--out", str(out), "--profile", "t", "--aa-runs", "1", "--inject", "0.05"]
+    assert error_rates.main(argv) == 0
+    payload = json.loads((out / "error-rates.json").read_text())
+    aa, slowed = payload["runs"]
+    assert (aa["run"], aa["overall"], aa["sleep_us"]) == ("aa-1", "PASS", 0.0)
+    assert (slowed["run"], slowed["overall"], slowed["sleep_us"]) == ("inject-5pct-1", "FAIL", 10.417)
+    assert slowed["median_ratio"] == pytest.approx(1.05, abs=1e-4) and payload["settings"]["moe_layers"] == 48
+    assert payload["pooled"]["0.05"]["share"]["FAIL"] == 1.0 and payload["settings"]["pilot_base_tpot_ms"] == 10.0
+    assert "| +5.0% injected | 1 | 0.0% | 0.0% | 100.0% | FAIL in 100% |" in (out / "error-rates.md").read_text()
+    assert (out / "inject-5pct-1" / "tpot-results.json").is_file()
+
+
+def test_the_sleep_per_call_and_the_moe_layers():
+    from ci.core.errors import UsageError
+    from ci.serving import error_rates
+
+    assert error_rates.moe_layers(QWEN) == 48
+    assert error_rates.sleep_us_for(0.035, 7.19, 48) == 5.243
+    with pytest.raises(UsageError, match="needs a fraction, a base TPOT and MoE layers > 0"):
+        error_rates.sleep_us_for(0.035, 0.0, 48)
+
+
 def test_server_side_decode_timing_from_metrics():
     from ci.serving.server import parse_metrics, server_itl_ms
 

@@ -1,0 +1,153 @@
+"""The TPOT gate's error rates, measured on this machine: false alarms and detection.
+
+A/A runs (the base build served twice, ``ci.serving.tpot --aa``) show how often the gate fails, or cannot
+clear, a change that does nothing; A/A runs whose candidate server sleeps on the GPU in every
+``fused_marlin_moe`` call (``--inject-sleep-us``) show how often it catches a real slowdown. The sleep is
+sized from a pilot, the first A/A run: for a slowdown F of the step, F x (its base median TPOT) over the
+model's MoE layers (one ``fused_marlin_moe`` call each a step); each run records the sleep and the ratio it
+caused. Every run is a full TPOT run judged by ``ci.core.compare`` as the gate judges a change; this stage
+measures and decides nothing (exit 0 once every run is in).
+
+Usage: ``python -m ci.serving.error_rates --manifest M --out DIR [--aa-runs 3] [--inject 0.02,0.035,0.05]
+[--inject-runs 1] [--profile pr] [--model qwen3-30b-a3b-like] [--dp N] [--start serial]``
+
+Writes, as each run ends (a stopped job keeps what it measured): ``DIR/<run>/tpot-results.json`` (the
+run) and ``DIR/error-rates.json`` / ``DIR/error-rates.md`` (the table so far).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ci.core import rates, stats
+from ci.core.cli import run_main
+from ci.core.compare import compare_ab
+from ci.core.errors import UsageError
+from ci.core.jsonio import write_json
+from ci.serving import config as serving_config
+from ci.serving import tpot
+
+KIND = "tpot-error-rates"
+VERSION = 1
+
+
+def moe_layers(model: Path) -> int:
+    """The ``fused_marlin_moe`` calls of one decode step: the config's MoE layers (every layer, unless the
+    config says how sparse they are)."""
+    config = json.loads((model / "config.json").read_text())
+    layers = config["num_hidden_layers"]
+    step = config.get("decoder_sparse_step") or 1
+    dense = set(config.get("mlp_only_layers") or [])
+    return sum(1 for i in range(layers) if (i + 1) % step == 0 and i not in dense)
+
+
+def sleep_us_for(fraction: float, base_tpot_ms: float, layers: int) -> float:
+    """The sleep a ``fused_marlin_moe`` call needs so that a step of ``base_tpot_ms`` is ``fraction`` slower."""
+    if not (fraction > 0 and base_tpot_ms > 0 and layers > 0):
+        raise UsageError(f"an injected slowdown needs a fraction, a base TPOT and MoE layers > 0 (got {fraction}, "
+                         f"{base_tpot_ms} ms, {layers})")  # fmt: skip
+    return round(fraction * base_tpot_ms * 1000 / layers, 3)
+
+
+def markdown(payload: dict) -> str:
+    s = payload["settings"]
+    lines = [
+        f"### TPOT gate error rates on {payload['gpu']} (`{s['model']}`, profile `{s['profile']}`, DP = {s['dp']}, "
+        f"{s['launches']} launch pairs x {s['rounds']} rounds, threshold {s['threshold']:.0%})",
+        "",
+        "Each run is one TPOT A/A judged as the gate judges a change (`ci.core.compare`, A/B over launch pairs).",
+        "",
+        "| level | runs | PASS | INCONCLUSIVE | FAIL | target |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for key, level in payload["pooled"].items():
+        label = "A/A (no change)" if key == "aa" else f"+{float(key):.1%} injected"
+        share = level["share"]
+        target = rates.TARGETS.get("aa" if key == "aa" else float(key), "")
+        cells = " | ".join(rates.pct(share.get(v)) for v in ("PASS", "INCONCLUSIVE", "FAIL"))
+        lines.append(f"| {label} | {level['runs']} | {cells} | {target} |")
+    lines += ["", "| run | sleep us a call | verdict | ratio | wall s |", "|---|---:|---|---:|---:|"]
+    for r in payload["runs"]:
+        ratio = "-" if r["median_ratio"] is None else f"{r['median_ratio']:.4f}"
+        lines.append(f"| {r['run']} | {r.get('sleep_us', 0)} | {r['overall']} | {ratio} | {r['wall_time_s']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ci.serving.error_rates", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--manifest", type=Path, required=True, help="manifest.json of the trees (ci.trees.build)")
+    parser.add_argument("--out", type=Path, required=True, help="folder for the runs and the table")
+    parser.add_argument("--model", default="qwen3-30b-a3b-like", help=f"one of {serving_config.models()}")
+    parser.add_argument("--profile", choices=sorted(serving_config.PROFILES), default="pr")
+    parser.add_argument("--dp", type=int, help="data-parallel size = EP size (default: every visible GPU)")
+    parser.add_argument("--start", choices=sorted(tpot.STARTS), default="serial")
+    parser.add_argument("--aa-runs", type=int, default=3, help="A/A runs, the first also the pilot (%(default)s)")
+    parser.add_argument("--inject", type=rates.parse_levels, default=rates.DEFAULT_INJECT,
+                        help="slowdowns of the step, e.g. 0.02,0.035,0.05")  # fmt: skip
+    parser.add_argument("--inject-runs", type=int, default=1, help="runs per injected slowdown (%(default)s)")
+    parser.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health")
+    args = parser.parse_args(argv)
+    if args.aa_runs < 1 or args.inject_runs < 0:
+        raise UsageError(f"--aa-runs {args.aa_runs} --inject-runs {args.inject_runs}: at least one A/A run (the "
+                         "pilot that sizes the sleep), and 0 or more runs per injected slowdown")  # fmt: skip
+    rates.check_out(args.out)
+    from ci.runner import gpu
+    from ci.trees.build import load_trees
+
+    trees = load_trees(args.manifest)
+    gpus = gpu.require_gpus()
+    dp = args.dp or len(gpus)
+    profile = serving_config.PROFILES[args.profile]
+    layers = moe_layers(serving_config.model_dir(args.model))
+    plan = [(0.0, i) for i in range(1, args.aa_runs + 1)]
+    plan += [(f, i) for f in args.inject for i in range(1, args.inject_runs + 1)]
+    payload = {
+        "kind": KIND,
+        "schema_version": VERSION,
+        "gpu": f"{gpus[0].name} x{dp}",
+        "settings": {
+            "model": args.model,
+            "profile": args.profile,
+            "dp": dp,
+            "start": args.start,
+            "launches": profile.launches,
+            "rounds": profile.rounds,
+            "moe_layers": layers,
+            "threshold": stats.DEFAULT_THRESHOLD,
+            "confidence": stats.DEFAULT_CONFIDENCE,
+        },
+        "targets": {str(k): v for k, v in rates.TARGETS.items()},
+        "runs": [],
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    pilot_ms = None
+    for inject, index in plan:
+        name = rates.run_name(inject, index) if not inject else f"{rates.run_name(inject, index)}-{index}"
+        sleep_us = sleep_us_for(inject, pilot_ms, layers) if inject else 0.0
+        started = time.time()
+        print(f"tpot error_rates: run {name} (sleep {sleep_us} us a fused_marlin_moe call)", flush=True)
+        out = args.out / name
+        results = tpot.run_tpot(trees, args.model, args.profile, dp, out, "concurrent", args.health_timeout,
+                                save_to=out / "tpot-results.json", aa=True, start=args.start,
+                                inject_sleep_us=sleep_us)  # fmt: skip
+        results.save(out / "tpot-results.json")
+        if pilot_ms is None:
+            pilot_ms = stats.median(results.cases[0].samples["base"])
+            payload["settings"]["pilot_base_tpot_ms"] = pilot_ms
+        gate = compare_ab(results, stats.DEFAULT_THRESHOLD, stats.DEFAULT_CONFIDENCE)
+        payload["provenance"] = results.provenance
+        payload["runs"].append({**rates.summarize(name, inject, gate, time.time() - started), "sleep_us": sleep_us})
+        payload["pooled"] = rates.pooled(payload["runs"])
+        write_json(args.out / rates.SUMMARY_JSON, payload)
+        (args.out / rates.SUMMARY_MD).write_text(markdown(payload))
+        print(markdown(payload), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

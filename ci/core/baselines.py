@@ -128,8 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rec.add_argument(
         "--results", type=Path, dest="results_option", help="the results file, as ci.core.compare takes it"
     )
-    rec.add_argument("--baseline-dir", "--dir", dest="dir", type=Path, default=DEFAULT_DIR,
-                     help="where baselines live, as ci.core.compare takes it (--dir: older name)")  # fmt: skip
+    rec.add_argument("--baseline-dir", "--dir", dest="dir", type=Path, default=DEFAULT_DIR, help="as ci.core.compare")
     rec.add_argument("--force", action="store_true", help="replace an existing baseline")
     args = parser.parse_args(argv)
     if (args.results is None) == (args.results_option is None):

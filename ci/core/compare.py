@@ -86,7 +86,7 @@ def _annotate(verdict: CaseVerdict, case: CaseResult, stored: CaseResult | None 
     return verdict
 
 
-def _notes(*samples: Sequence[float]) -> list[str]:
+def noise_notes(*samples: Sequence[float]) -> list[str]:
     notes = []
     for xs in samples:
         m = stats.median(xs)
@@ -102,7 +102,7 @@ def block_medians(case: CaseResult, side: str) -> list[float] | None:
     return stats.block_medians(case.samples[side], ids) if ids is not None and len(set(ids)) > 1 else None
 
 
-def _jitter(case: CaseResult, side: str) -> list[float]:
+def capture_jitter(case: CaseResult, side: str) -> list[float]:
     """What the noise note looks at: the samples, or for blocked results their spread within a block (the
     blocks differ by design: fresh inputs, addresses and captures)."""
     samples, ids = case.samples[side], subjects.capture_ids(case, side)
@@ -118,7 +118,7 @@ def _judge(case: CaseResult, ref: list[float], got: list[float], effect: stats.E
         measured_median=stats.median(got),
         verdict=stats.decide(effect, threshold),
         effect=effect,
-        notes=_notes(*(jitter if jitter is not None else (ref, got))),
+        notes=noise_notes(*(jitter if jitter is not None else (ref, got))),
     )
 
 
@@ -134,7 +134,7 @@ def compare_ab(results: BenchResults, threshold: float, confidence: float) -> Ga
             raise DataError(f"case {case.id}: the builds were timed in different blocks; re-run the stage")
         if mb is not None:  # one number per pair of captures
             effect = stats.blocked_effect(mb, mc, confidence, n_base=len(base), n_cand=len(cand))
-            jitter = (_jitter(case, "base"), _jitter(case, "candidate"))
+            jitter = (capture_jitter(case, "base"), capture_jitter(case, "candidate"))
             verdicts.append(_annotate(_judge(case, base, cand, effect, threshold, jitter), case, kind=results.kind))
             continue
         n = min(len(base), len(cand))  # an interrupted run can end between the two rounds of a pair
@@ -177,7 +177,9 @@ def compare_baseline(
             else:
                 unpaired = stats.unpaired_effect(ref_blocks, got_blocks, confidence)
                 effect = replace(unpaired, method=stats.METHOD_BLOCKED_UNPAIRED, n_base=len(ref), n_candidate=len(got))
-            verdict = _judge(case, ref, got, effect, threshold, (_jitter(stored, side), _jitter(case, side)))
+            verdict = _judge(
+                case, ref, got, effect, threshold, (capture_jitter(stored, side), capture_jitter(case, side))
+            )
         else:
             verdict = _judge(case, ref, got, stats.unpaired_effect(ref, got, confidence), threshold)
             if (ref_blocks is None) != (got_blocks is None):
@@ -225,7 +227,7 @@ def _report(mode, reference, results, verdicts, threshold, confidence, problems)
     )
 
 
-def _fraction(text: str) -> float:
+def fraction(text: str) -> float:
     try:
         value = float(text)
     except ValueError as exc:
@@ -244,9 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--side", choices=("base", "candidate"), default="candidate", help="build compared in baseline mode"
     )
     parser.add_argument(
-        "--threshold", type=_fraction, default=stats.DEFAULT_THRESHOLD, help="slowdown that fails (0.03)"
+        "--threshold", type=fraction, default=stats.DEFAULT_THRESHOLD, help="slowdown that fails (0.03)"
     )
-    parser.add_argument("--confidence", type=_fraction, default=stats.DEFAULT_CONFIDENCE, help="of the interval (0.95)")
+    parser.add_argument("--confidence", type=fraction, default=stats.DEFAULT_CONFIDENCE, help="of the interval (0.95)")
     parser.add_argument("--out", "--out-dir", dest="out_dir", type=Path,
                         help="folder for verdict.json, report.md and plot.png (--out-dir: older name)")  # fmt: skip
     args = parser.parse_args(argv)

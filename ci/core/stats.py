@@ -86,7 +86,7 @@ def iqr(xs: Sequence[float]) -> float:
     return q[2] - q[0]
 
 
-def _z(confidence: float) -> float:
+def z_score(confidence: float) -> float:
     return statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
 
 
@@ -192,7 +192,7 @@ class _Pairs:
         return self.kth(half) if self.size % 2 else (self.kth(half - 1) + self.kth(half)) / 2
 
 
-def _order_stat_interval(pairs: _Pairs, k: int) -> tuple[float, float]:
+def order_stat_interval(pairs: _Pairs, k: int) -> tuple[float, float]:
     """[x_(k+1), x_(N-k)] (1-based), or (-inf, inf) when there are too few values."""
     if k < 0 or k >= pairs.size - k:
         return -math.inf, math.inf
@@ -201,7 +201,7 @@ def _order_stat_interval(pairs: _Pairs, k: int) -> tuple[float, float]:
 
 def _effect(pairs: _Pairs, k: int, confidence: float, method: str, n_base: int, n_cand: int) -> Effect:
     """The median of the pairwise log values and its order-statistic interval, as ratios."""
-    lo, hi = _order_stat_interval(pairs, k)
+    lo, hi = order_stat_interval(pairs, k)
     return Effect(
         ratio=_exp(pairs.median()),
         ci_low=_exp(lo) if lo > -math.inf else 0.0,
@@ -225,7 +225,7 @@ def _signed_rank(d: Sequence[float], confidence: float, method: str, n_base: int
     """Hodges-Lehmann estimate of the centre of ``d`` with the Wilcoxon signed-rank interval."""
     n = len(d)
     sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
-    k = math.floor(n * (n + 1) / 4 - _z(confidence) * sd)
+    k = math.floor(n * (n + 1) / 4 - z_score(confidence) * sd)
     return _effect(_Pairs(sorted(d)), k, confidence, method, n_base, n_cand)
 
 
@@ -279,7 +279,7 @@ def unpaired_effect(base: Sequence[float], cand: Sequence[float], confidence: fl
         raise ValueError("timings must be positive")
     lb, lc = sorted(math.log(x) for x in base), sorted(math.log(x) for x in cand)
     n, m = len(lb), len(lc)
-    k = math.floor(n * m / 2 - _z(confidence) * math.sqrt(n * m * (n + m + 1) / 12))
+    k = math.floor(n * m / 2 - z_score(confidence) * math.sqrt(n * m * (n + m + 1) / 12))
     return _effect(_Pairs(lb, lc), k, confidence, METHOD_UNPAIRED, n, m)
 
 

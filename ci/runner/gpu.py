@@ -48,7 +48,7 @@ class GpuInfo:
     processes: int | None = None
 
 
-def _visible_filter(count: int) -> list[int]:
+def visible_filter(count: int) -> list[int]:
     """Indices allowed by CUDA_VISIBLE_DEVICES (numeric form; other forms keep all)."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is None:
@@ -73,7 +73,7 @@ def _query_nvml() -> tuple[str, list[GpuInfo]] | None:
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
         gpus = []
-        for i in _visible_filter(pynvml.nvmlDeviceGetCount()):
+        for i in visible_filter(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             mem = pynvml.nvmlDeviceGetMemoryInfo(h)
 
@@ -127,7 +127,7 @@ def _query_smi() -> tuple[str, list[GpuInfo]]:
         gpus.append(
             GpuInfo(index=int(idx), name=name, uuid=uuid, memory_total_mib=int(total), memory_used_mib=int(used))
         )
-    allowed = set(_visible_filter(len(gpus)))
+    allowed = set(visible_filter(len(gpus)))
     return driver, [g for g in gpus if g.index in allowed]
 
 

@@ -280,7 +280,7 @@ class BuildOptions:
     contract: str = "auto"  # "auto": contract.py beside the patch, if any; "none"; or a contract file
 
 
-def _export_vllm(repo: Path, commit: str, dest: Path) -> None:
+def export_vllm(repo: Path, commit: str, dest: Path) -> None:
     """``vllm/`` of ``repo`` at ``commit`` into ``dest``, a folder only the builder writes: the blobs as git
     stores them (no ``.gitattributes`` export-ignore, export-subst or filters), files only."""
     from ci.trees import refpatch
@@ -349,7 +349,7 @@ def resolve_refs(opts: BuildOptions) -> BuildOptions:
     base, head = opts.base_ref or default_base_ref(opts.vllm_src, opts.vllm), opts.head_ref or "HEAD"
     text, info = refpatch.make_patch(opts.vllm_src, base, head)
     where = GATE_DIR / "refs" / f"{info['merge_base'][:12]}-{info['head_sha'][:12]}"
-    _export_vllm(opts.vllm_src, info["merge_base"], where / "base-src")
+    export_vllm(opts.vllm_src, info["merge_base"], where / "base-src")
     patch = where / "change.patch"
     patch.write_text(text)
     print(f"build: {base}...{head}: base = vllm/ at merge-base {info['merge_base'][:12]}, candidate = base + "

@@ -22,9 +22,9 @@ def test_no_gpu_is_one_clear_error(monkeypatch):
 
 def test_cuda_visible_devices_filters(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
-    assert gpu._visible_filter(4) == [1, 3]
+    assert gpu.visible_filter(4) == [1, 3]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert gpu._visible_filter(4) == []
+    assert gpu.visible_filter(4) == []
 
 
 def test_busy_gpu_is_reported():

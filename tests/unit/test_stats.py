@@ -112,7 +112,7 @@ def test_unpaired_interval_is_the_mann_whitney_order_statistic():
     assert e.ratio == pytest.approx(math.exp(stats.statistics.median(diffs)), rel=1e-12)
     assert (e.confidence, e.method, e.n_base, e.n_candidate) == (0.95, stats.METHOD_UNPAIRED, 10, 10)
     uneven = stats.unpaired_effect(base[:8], cand, 0.95)  # n != m: k from n * m and n + m + 1
-    k = math.floor(8 * 10 / 2 - stats._z(0.95) * math.sqrt(8 * 10 * 19 / 12))
+    k = math.floor(8 * 10 / 2 - stats.z_score(0.95) * math.sqrt(8 * 10 * 19 / 12))
     cross = sorted(math.log(c) - math.log(b) for b in base[:8] for c in cand)
     assert uneven.ci_low == pytest.approx(math.exp(cross[k]), rel=1e-12) and (uneven.n_base, uneven.n_candidate) == (
         8,
@@ -122,11 +122,11 @@ def test_unpaired_interval_is_the_mann_whitney_order_statistic():
 
 def test_order_statistic_interval_edges():
     four = stats._Pairs([0.0], [1.0, 2.0, 3.0, 4.0])  # cross differences 1, 2, 3, 4
-    assert stats._order_stat_interval(four, 0) == (1.0, 4.0)
-    assert stats._order_stat_interval(four, 1) == (2.0, 3.0)
-    assert stats._order_stat_interval(stats._Pairs([2.0, 4.0]), 1) == (3.0, 3.0)  # Walsh averages 2, 3, 4
-    assert stats._order_stat_interval(four, 2) == (-math.inf, math.inf)
-    assert stats._order_stat_interval(stats._Pairs([0.0], [1.0, 2.0]), -1) == (-math.inf, math.inf)
+    assert stats.order_stat_interval(four, 0) == (1.0, 4.0)
+    assert stats.order_stat_interval(four, 1) == (2.0, 3.0)
+    assert stats.order_stat_interval(stats._Pairs([2.0, 4.0]), 1) == (3.0, 3.0)  # Walsh averages 2, 3, 4
+    assert stats.order_stat_interval(four, 2) == (-math.inf, math.inf)
+    assert stats.order_stat_interval(stats._Pairs([0.0], [1.0, 2.0]), -1) == (-math.inf, math.inf)
     e = stats.paired_effect([1.0] * 3, [1.1] * 3)  # too few pairs: unbounded
     assert e.ci_low == 0.0 and e.ci_high == math.inf
 

@@ -204,7 +204,7 @@ def test_refs_need_a_checkout_and_make_their_own_patch(fork, tmp_path):
     foreign.mkdir()
     (foreign / "keep.txt").write_text("keep")
     with pytest.raises(UsageError, match="was not made by the builder"):
-        build._export_vllm(fork, "main", foreign)
+        build.export_vllm(fork, "main", foreign)
     assert (foreign / "keep.txt").read_text() == "keep"
 
 
@@ -261,7 +261,7 @@ def test_symbolic_links_in_the_branch_or_at_the_merge_base_are_refused(fork, tmp
     _commit_on(fork, "main", "vllm/abs.py", lambda p: p.symlink_to("/etc/hostname"))  # at the merge-base
     dest = tmp_path / "export"
     with pytest.raises(PatchError, match=r"vllm/abs.py at main of .* is not a file \(mode 120000"):
-        build._export_vllm(fork, "main", dest)
+        build.export_vllm(fork, "main", dest)
     assert not dest.exists()
 
 
@@ -278,7 +278,7 @@ def test_the_export_takes_blobs_as_stored_not_as_gitattributes_say(fork, tmp_pat
     (fork / ".gitattributes").write_text("vllm/layers/mod.py export-ignore\n")
     _git(fork, "add", ".")
     _git(fork, "commit", "-qm", "attributes")
-    build._export_vllm(fork, "main", tmp_path / "export")
+    build.export_vllm(fork, "main", tmp_path / "export")
     assert (tmp_path / "export" / "vllm" / "layers" / "mod.py").read_text() == "def pick(m):\n    return m\n"
 
 

@@ -72,13 +72,13 @@ def test_report_fields_name_what_was_compared(tmp_path):
 
 
 def test_noisy_note_at_the_five_percent_boundary():
-    assert compare._notes([100.0, 100.0, 100.0, 100.0, 100.0]) == []
+    assert compare.noise_notes([100.0, 100.0, 100.0, 100.0, 100.0]) == []
     noisy = [90.0, 95.0, 100.0, 105.0, 110.0]  # IQR 10 of median 100
-    assert compare._notes(noisy) == ["IQR is 10% of the median: the machine was noisy"]
-    assert compare._notes([100.0] * 5, noisy) == ["IQR is 10% of the median: the machine was noisy"]
+    assert compare.noise_notes(noisy) == ["IQR is 10% of the median: the machine was noisy"]
+    assert compare.noise_notes([100.0] * 5, noisy) == ["IQR is 10% of the median: the machine was noisy"]
     at_limit = [97.5, 97.5, 100.0, 102.5, 102.5]  # IQR exactly 5%: not noted
-    assert stats.iqr(at_limit) == pytest.approx(5.0) and compare._notes(at_limit) == []
-    assert compare._notes([0.5, 0.5, 1.0, 1.5, 1.5]) == ["IQR is 100% of the median: the machine was noisy"]
+    assert stats.iqr(at_limit) == pytest.approx(5.0) and compare.noise_notes(at_limit) == []
+    assert compare.noise_notes([0.5, 0.5, 1.0, 1.5, 1.5]) == ["IQR is 100% of the median: the machine was noisy"]
 
 
 def test_case_notes_come_from_both_builds():
@@ -127,12 +127,12 @@ def test_failed_cases_are_fail_rows_without_timings():
 
 
 def test_fraction_options_are_strictly_between_0_and_1():
-    assert compare._fraction("0.999") == 0.999 and compare._fraction("0.001") == 0.001
+    assert compare.fraction("0.999") == 0.999 and compare.fraction("0.001") == 0.001
     for bad in ("0", "1", "1.5", "-0.1"):
         with pytest.raises(compare.argparse.ArgumentTypeError, match="must lie strictly between 0 and 1"):
-            compare._fraction(bad)
+            compare.fraction(bad)
     with pytest.raises(compare.argparse.ArgumentTypeError, match=r"^malformed fraction 'x'$"):
-        compare._fraction("x")
+        compare.fraction("x")
 
 
 def test_outputs_land_in_a_new_nested_folder_with_nothing_left_behind(tmp_path, capsys):
@@ -620,11 +620,13 @@ def test_the_noise_note_of_blocked_results_looks_inside_the_blocks():
     ids = [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
     case = CaseResult(id="a", unit="us", samples={"base": base, "candidate": list(base)},
                       extra={"blocks": {"base": ids, "candidate": ids}})  # fmt: skip
-    assert compare._notes(base) != [], "over all samples the blocks look like noise"
-    assert compare._notes(compare._jitter(case, "base")) == []
+    assert compare.noise_notes(base) != [], "over all samples the blocks look like noise"
+    assert compare.noise_notes(compare.capture_jitter(case, "base")) == []
     noisy = [100.0, 120.0, 80.0, 200.0, 240.0, 160.0] * 2
     case.samples["candidate"] = noisy
-    assert compare._notes(compare._jitter(case, "candidate")) == ["IQR is 40% of the median: the machine was noisy"]
+    assert compare.noise_notes(compare.capture_jitter(case, "candidate")) == [
+        "IQR is 40% of the median: the machine was noisy"
+    ]
     gate = compare.compare_ab(BenchResults(kind="kernel-bench", suite="s", provenance={}, settings={}, cases=[case]),
                               0.03, 0.95)  # fmt: skip
     assert gate.cases[0].notes == ["IQR is 40% of the median: the machine was noisy"]
@@ -632,14 +634,14 @@ def test_the_noise_note_of_blocked_results_looks_inside_the_blocks():
 
 def test_jitter_normalizes_only_well_formed_multi_block_series():
     case = CaseResult(id="a", unit="us", samples={"base": [1.0, 2.0, 3.0, 4.0]})
-    assert compare._jitter(case, "base") == [1.0, 2.0, 3.0, 4.0], "no blocks: the samples"
+    assert compare.capture_jitter(case, "base") == [1.0, 2.0, 3.0, 4.0], "no blocks: the samples"
     case.extra["blocks"] = {"base": [0, 0, 0, 0]}
-    assert compare._jitter(case, "base") == [1.0, 2.0, 3.0, 4.0], "one block: the samples"
+    assert compare.capture_jitter(case, "base") == [1.0, 2.0, 3.0, 4.0], "one block: the samples"
     case.extra["blocks"] = {"base": [0, 1, 0]}
     with pytest.raises(DataError, match="should give the capture of each of its samples"):
-        compare._jitter(case, "base")  # ids that do not fit the samples: an error, as everywhere
+        compare.capture_jitter(case, "base")  # ids that do not fit the samples: an error, as everywhere
     case.extra["blocks"] = {"base": [0, 0, 1, 1]}
-    assert compare._jitter(case, "base") == pytest.approx([2 / 3, 4 / 3, 6 / 7, 8 / 7]), "two blocks: normalized"
+    assert compare.capture_jitter(case, "base") == pytest.approx([2 / 3, 4 / 3, 6 / 7, 8 / 7]), "two blocks: normalized"
 
 
 def test_baseline_mode_notes_look_inside_blocks_and_the_fallback_keeps_its_options():

@@ -154,3 +154,10 @@ def fake_tree(root: Path, *, moe_flag: bool = True, bench_module: bool = True, k
     flags = [f for f, on in (("--moe-backend", moe_flag), ("--kv-cache-memory-bytes", kv_flag)) if on]
     (root / "vllm" / "engine" / "arg_utils.py").write_text("".join(f'add("{f}")\n' for f in flags))
     return root
+
+
+def saved(results: BenchResults, path: Path, **settings) -> Path:
+    """``results`` written to ``path`` (with ``settings`` merged into its settings first): the file a stage wrote."""
+    results.settings.update(settings)
+    results.save(path)
+    return path

@@ -1,23 +1,22 @@
-"""The gate end to end on synthetic results: verdicts, exit codes, baselines, reports."""
+"""ci.core.compare: verdicts end to end (synthetic and H200 results), exit codes, reports, and the verdict logic
+piece by piece: exact values and messages, each boundary, the interval over captures."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
-from ci.core import baselines, compare, report, stats
-from ci.core.errors import ExitCode, UsageError
-from ci.core.results import BenchResults, load_results
+from ci.core import baselines, compare, evidence, report, stats
+from ci.core.errors import DataError, ExitCode, UsageError
+from ci.core.results import BenchResults, CaseResult, load_results
 from ci.kernel import subject as kernel_subject
-from tests.unit.factories import make_results
+from tests.unit.factories import GPU, kernel_results, make_results, saved
+from tests.unit.factories import blocked_results as _blocked_results
 
-
-@pytest.fixture(autouse=True)
-def no_job_summary(monkeypatch):
-    """Keep these runs out of a real GitHub job summary (act and Actions set the variable)."""
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+V = stats.Verdict
 
 
 @pytest.fixture
@@ -234,3 +233,303 @@ def test_judging_before_the_bench_ran_says_which_session_writes_the_results(tmp_
         .err.strip()
         .endswith("(nox -s bench writes kernel-results.json; nox -s tpot writes tpot-results.json)")
     )
+
+
+# ci.core.compare ------------------------------------------------------------------------------------
+
+
+def test_a_case_without_a_build_does_not_stop_the_others_from_being_judged():
+    results = make_results({"a": 1.0, "b": 1.10})
+    del results.cases[0].samples["candidate"]
+    ab = compare.compare_ab(results, 0.03, 0.95)
+    assert [c.id for c in ab.cases] == ["b"] and ab.overall == V.FAIL
+    assert "case a: no samples of build 'candidate'" in ab.problems
+    stored = make_results({"a": 1.0, "b": 1.0}, seed=9)
+    results = make_results({"a": 1.0, "b": 1.10})
+    del results.cases[0].samples["candidate"]
+    bl = compare.compare_baseline(results, stored, "candidate", 0.03, 0.95, "here")
+    assert [c.id for c in bl.cases] == ["b"] and bl.overall == V.FAIL
+
+
+def test_confidence_and_threshold_reach_every_case():
+    results = make_results({"a": 1.0, "b": 1.0})
+    ab = compare.compare_ab(results, 0.05, 0.99)
+    assert {c.effect.confidence for c in ab.cases} == {0.99} and (ab.threshold, ab.confidence) == (0.05, 0.99)
+    bl = compare.compare_baseline(results, make_results({"a": 1.0, "b": 1.0}, seed=3), "base", 0.05, 0.99, "x")
+    assert {c.effect.confidence for c in bl.cases} == {0.99}
+
+
+def test_report_fields_name_what_was_compared(tmp_path):
+    results = make_results({"a": 1.0})
+    gate = compare.compare_ab(results, 0.03, 0.95)
+    payload = gate.to_json()
+    assert payload["kind"] == "gate-verdict" and payload["schema_version"] == compare.VERDICT_VERSION == 2
+    assert payload["results_kind"] == "synthetic-bench" and payload["mode"] == "ab"
+    assert payload["reference"] == "base build of the same run" and payload["suite"] == "unit"
+    assert payload["provenance"] == {"gpu": GPU, "gate": "EP-Marlin gate"} and payload["problems"] == []
+    (case,) = gate.cases
+    assert case.unit == "us/call" and case.reference_median == stats.median(results.cases[0].samples["base"])
+    assert case.measured_median == stats.median(results.cases[0].samples["candidate"])
+    assert case.notes == []  # equal pair counts: no "unpaired" note
+    bl = compare.compare_baseline(results, make_results({"a": 1.0}, seed=2), "base", 0.03, 0.95, "B/x.json")
+    assert bl.mode == "baseline" and bl.reference == "base build in B/x.json"
+
+
+def test_noisy_note_at_the_five_percent_boundary():
+    assert compare.noise_notes([100.0, 100.0, 100.0, 100.0, 100.0]) == []
+    noisy = [90.0, 95.0, 100.0, 105.0, 110.0]  # IQR 10 of median 100
+    assert compare.noise_notes(noisy) == ["IQR is 10% of the median: the machine was noisy"]
+    assert compare.noise_notes([100.0] * 5, noisy) == ["IQR is 10% of the median: the machine was noisy"]
+    at_limit = [97.5, 97.5, 100.0, 102.5, 102.5]  # IQR exactly 5%: not noted
+    assert stats.iqr(at_limit) == pytest.approx(5.0) and compare.noise_notes(at_limit) == []
+    assert compare.noise_notes([0.5, 0.5, 1.0, 1.5, 1.5]) == ["IQR is 100% of the median: the machine was noisy"]
+
+
+def test_case_notes_come_from_both_builds():
+    results = make_results({"a": 1.0})
+    results.cases[0].samples["base"] = [90.0, 95.0, 100.0, 105.0, 110.0] * 10
+    (case,) = compare.compare_ab(results, 0.03, 0.95).cases
+    assert case.notes == ["IQR is 10% of the median: the machine was noisy"]
+
+
+def test_unpaired_note_only_when_rounds_are_missing():
+    results = make_results({"a": 1.0}, n=8)
+    results.cases[0].samples["candidate"].pop()
+    (case,) = compare.compare_ab(results, 0.03, 0.95).cases
+    assert case.notes == ["1 unpaired round(s) left out of the paired test"] and case.effect.n_base == 7
+
+
+def test_regret_validates_the_sweep():
+    case = make_results({"a": 1.0}).cases[0]
+    for bad in ({"8": [1.0, True]}, {"8": [1.0, 0.0]}, {"x": [1.0]}, {"8": "1"}, {"8": [math.inf]}):
+        case.extra["block_sizes_us"] = bad
+        with pytest.raises(DataError, match=r"^case a: block_sizes_us\["):
+            kernel_subject.regret(case)
+    case.extra["block_sizes_us"] = [1.0]
+    with pytest.raises(DataError, match=r"^case a: block_sizes_us and block_size_m should be objects$"):
+        kernel_subject.regret(case)
+    case.extra["block_sizes_us"] = {"8": [1.0]}
+    case.info["block_size_m"] = [8]
+    with pytest.raises(DataError, match="should be objects"):
+        kernel_subject.regret(case)
+    case.info["block_size_m"] = {}
+    assert kernel_subject.regret(case) is None  # no picks recorded: no regret, whatever the sweep
+    case.info["block_size_m"] = {"base": 8, "candidate": 64}  # 64 was not swept
+    assert kernel_subject.regret(case) == {"best_block_size_m": 8, "base": 0.0, "candidate": None}
+
+
+def test_failed_cases_are_fail_rows_without_timings():
+    results = make_results({"a": 1.0})
+    results.settings["failed_cases"] = {"b": "b: NaN in the output"}
+    results.settings["expected_cases"] = ["a", "b"]
+    from ci.core.jsonio import dumps
+
+    rows = json.loads(dumps(compare.compare_ab(results, 0.03, 0.95).to_json()))["cases"]
+    failed = next(r for r in rows if r["id"] == "b")
+    assert failed["unit"] == "-" and failed["measured_median"] is None and failed["verdict"] == "FAIL"
+    assert failed["effect"] is None and failed["notes"] == ["not timed: b: NaN in the output"]
+
+
+def test_fraction_options_are_strictly_between_0_and_1():
+    assert compare.fraction("0.999") == 0.999 and compare.fraction("0.001") == 0.001
+    for bad in ("0", "1", "1.5", "-0.1"):
+        with pytest.raises(compare.argparse.ArgumentTypeError, match="must lie strictly between 0 and 1"):
+            compare.fraction(bad)
+    with pytest.raises(compare.argparse.ArgumentTypeError, match=r"^malformed fraction 'x'$"):
+        compare.fraction("x")
+
+
+def test_outputs_land_in_a_new_nested_folder_with_nothing_left_behind(tmp_path, capsys):
+    path = saved(make_results({"a": 1.0}), tmp_path / "r.json")
+    out = tmp_path / "deep" / "er" / "out"
+    assert compare.main(["--results", str(path), "--out-dir", str(out)]) == ExitCode.OK
+    assert sorted(p.name for p in out.iterdir()) == [".gate-verdict", "plot.png", "report.md", "verdict.json"]
+    assert f"gate: PASS; wrote {out / 'verdict.json'}, report.md, plot.png" in capsys.readouterr().out
+
+
+# blocks: the interval over fresh captures ---------------------------------------------------------
+
+
+def test_a_capture_bias_widens_the_blocked_interval_instead_of_failing():
+    """Half the captures +3.5%, half -3.5% (a layout effect that follows the capture, not the build):
+    per sample the interval is narrow and would sit wherever the one capture fell; over blocks it is wide."""
+    biased = _blocked_results([1.035, 0.965] * 10)
+    (case,) = compare.compare_ab(biased, 0.03, 0.95).cases
+    assert case.effect.method == stats.METHOD_BLOCKED and case.effect.n_base == 60
+    assert case.effect.ci_low < 1.0 < case.effect.ci_high and case.verdict == V.INCONCLUSIVE
+    steady = _blocked_results([1.06] * 20)
+    (case,) = compare.compare_ab(steady, 0.03, 0.95).cases
+    assert case.verdict == V.FAIL and case.effect.ratio == pytest.approx(1.06, rel=0.01)
+
+
+def test_block_medians_and_their_validation():
+    assert stats.block_medians([1.0, 3.0, 2.0, 10.0], [1, 1, 0, 0]) == [6.0, 2.0]
+    with pytest.raises(ValueError, match="each sample needs its block"):
+        stats.block_medians([1.0], [0, 1])
+    r = _blocked_results([1.0] * 8)
+    r.cases[0].extra["blocks"]["base"].pop()
+    with pytest.raises(DataError, match=r"extra.blocks\['base'\] should give the capture of each of its samples"):
+        compare.compare_ab(r, 0.03, 0.95)
+    one = _blocked_results([1.0] * 1, rounds=10)  # a single block: judged per sample, as one capture
+    assert compare.compare_ab(one, 0.03, 0.95).cases[0].effect.method == stats.METHOD_PAIRED
+    e = stats.blocked_effect([1.0] * 8, [1.1] * 8)
+    assert e.ratio == pytest.approx(1.1) and (e.n_base, e.n_candidate) == (8, 8)
+    with pytest.raises(ValueError, match="blocks must pair up"):
+        stats.blocked_effect([1.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="timings must be positive"):
+        stats.blocked_effect([1.0, 0.0], [1.0, 1.0])
+
+
+def test_too_few_captures_is_incomplete():
+    """The kernel bench times every case in at least ci.kernel.bench.MIN_BLOCKS fresh captures: fewer, or results
+    with none recorded, are not its evidence (the synthetic subject of the other tests asks one)."""
+    assert evidence.run_problems(kernel_results(blocks=6)) == []
+    five = kernel_results(blocks=5, rounds=3)
+    assert evidence.run_problems(five)[:2] == [
+        "case deepseek-v3/ep1/tpr8/gptq-int4-g128/bf16: 5 capture(s) of 'base', at least 6 are needed (the interval "
+        "is over captures)",
+        "case deepseek-v3/ep1/tpr8/gptq-int4-g128/bf16: 5 capture(s) of 'candidate', at least 6 are needed (the "
+        "interval is over captures)",
+    ]
+    one = kernel_results(blocks=1, rounds=10)
+    for case in one.cases:
+        del case.extra["blocks"]  # one capture, as the bench timed before blocks
+    assert len(evidence.run_problems(one)) == 2 * len(one.cases)
+    assert evidence.run_problems(_blocked_results([1.0] * 2, rounds=5)) == []  # synthetic: one capture is enough
+
+
+def test_baseline_mode_compares_captures_with_captures():
+    stored, run = _blocked_results([1.0] * 10), _blocked_results([1.0] * 10)
+    (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
+    assert case.effect.method == stats.METHOD_BLOCKED_BASELINE and case.effect.n_base == 30 and not case.notes
+    run.cases[0].extra["blocks"]["candidate"] = [b + 10 for b in run.cases[0].extra["blocks"]["candidate"]]
+    (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
+    assert case.effect.method == stats.METHOD_BLOCKED_UNPAIRED and case.effect.n_base == 30, "other blocks: unpaired"
+    legacy = make_results({"a": 1.0})
+    (case,) = compare.compare_baseline(run, legacy, "candidate", 0.03, 0.95, "B").cases
+    assert case.effect.method == stats.METHOD_UNPAIRED
+    assert case.notes == ["one side was timed in one capture: the interval leaves the capture error out"]
+
+
+def test_baseline_mode_pairs_block_b_with_the_baselines_block_b():
+    """Block b draws the same inputs in every run (seeded by case and b): a block-to-block spread of the work
+    (here 0.8x-1.2x) cancels in the pairs, so an unchanged build passes with a narrow interval, and a +5% FAILs."""
+    spread = [0.8 + 0.4 * b / 9 for b in range(10)]
+    stored = _blocked_results([1.0] * 10)
+    for side in ("base", "candidate"):
+        ids = stored.cases[0].extra["blocks"][side]
+        stored.cases[0].samples[side] = [x * spread[b] for x, b in zip(stored.cases[0].samples[side], ids, strict=True)]
+    same, slower = _blocked_results([1.0] * 10), _blocked_results([1.05] * 10)
+    for run in (same, slower):
+        run.cases[0].samples = {k: [x * spread[b] for x, b in zip(v, run.cases[0].extra["blocks"][k], strict=True)]
+                                for k, v in run.cases[0].samples.items()}  # fmt: skip
+    (ok,) = compare.compare_baseline(same, stored, "base", 0.03, 0.95, "B").cases
+    assert ok.verdict == V.PASS and ok.effect.ci_high - ok.effect.ci_low < 0.01
+    (bad,) = compare.compare_baseline(slower, stored, "candidate", 0.03, 0.95, "B").cases
+    assert bad.verdict == V.FAIL and bad.effect.ratio == pytest.approx(1.05, abs=0.005)
+    medians = [stats.block_medians(r.cases[0].samples["base"], r.cases[0].extra["blocks"]["base"])
+               for r in (stored, same)]  # fmt: skip
+    unpaired = stats.unpaired_effect(*medians)
+    assert unpaired.ci_high - unpaired.ci_low > 0.1, "without the pairing the spread of the work hides everything"
+
+
+def test_blocked_verdicts_carry_their_options_and_judge_every_case():
+    first, second = _blocked_results([1.0] * 10), _blocked_results([1.10] * 10)
+    first.cases.append(second.cases[0])
+    first.cases[1].id = "b"
+    first.settings["expected_cases"] = ["a", "b"]
+    gate = compare.compare_ab(first, 0.03, 0.99)
+    assert [c.verdict for c in gate.cases] == [V.PASS, V.FAIL] and gate.overall == V.FAIL
+    assert all((c.effect.confidence, c.effect.n_base, c.effect.n_candidate) == (0.99, 30, 30) for c in gate.cases)
+    stored = _blocked_results([1.0] * 10)
+    stored.cases.append(_blocked_results([1.0] * 10).cases[0])
+    stored.cases[1].id = "b"
+    bl = compare.compare_baseline(first, stored, "candidate", 0.03, 0.99, "B")
+    assert [c.verdict for c in bl.cases] == [V.PASS, V.FAIL]
+    assert all((c.effect.confidence, c.effect.n_base, c.effect.n_candidate) == (0.99, 30, 30) for c in bl.cases)
+
+
+def test_blocks_that_do_not_match_are_a_data_error():
+    two = _blocked_results([1.0, 1.0], rounds=6)  # two blocks: timed in blocks (and too few of them)
+    assert compare.compare_ab(two, 0.03, 0.95).cases[0].effect.method == stats.METHOD_BLOCKED
+    r = _blocked_results([1.0] * 8)
+    r.cases[0].extra["blocks"] = [0, 1]
+    with pytest.raises(DataError, match=r"extra.blocks\['base'\]"):
+        compare.compare_ab(r, 0.03, 0.95)
+    r = _blocked_results([1.0] * 8)
+    r.cases[0].extra["blocks"]["candidate"] = [0] * 24  # the candidate in one block, the base in eight
+    with pytest.raises(DataError, match="timed in different blocks"):
+        compare.compare_ab(r, 0.03, 0.95)
+    for base, cand in (([1.0, 0.0], [1.0, 1.0]), ([1.0, 1.0], [1.0, -1.0])):
+        with pytest.raises(ValueError, match=r"^timings must be positive$"):
+            stats.blocked_effect(base, cand)
+
+
+def test_within_blocks_takes_out_the_differences_between_blocks():
+    samples, blocks = [100.0, 102.0, 98.0, 200.0, 204.0, 196.0], [0, 0, 0, 1, 1, 1]
+    assert stats.within_blocks(samples, blocks) == pytest.approx([1.0, 1.02, 0.98, 1.0, 1.02, 0.98])
+
+
+def test_the_noise_note_of_blocked_results_looks_inside_the_blocks():
+    """Blocks differ by design (fresh inputs each): a 2x spread between blocks is no noise; within one it is."""
+    base = [100.0, 101.0, 99.0, 200.0, 202.0, 198.0] * 2
+    ids = [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    case = CaseResult(id="a", unit="us", samples={"base": base, "candidate": list(base)},
+                      extra={"blocks": {"base": ids, "candidate": ids}})  # fmt: skip
+    assert compare.noise_notes(base) != [], "over all samples the blocks look like noise"
+    assert compare.noise_notes(compare.capture_jitter(case, "base")) == []
+    noisy = [100.0, 120.0, 80.0, 200.0, 240.0, 160.0] * 2
+    case.samples["candidate"] = noisy
+    assert compare.noise_notes(compare.capture_jitter(case, "candidate")) == [
+        "IQR is 40% of the median: the machine was noisy"
+    ]
+    gate = compare.compare_ab(BenchResults(kind="kernel-bench", suite="s", provenance={}, settings={}, cases=[case]),
+                              0.03, 0.95)  # fmt: skip
+    assert gate.cases[0].notes == ["IQR is 40% of the median: the machine was noisy"]
+
+
+def test_jitter_normalizes_only_well_formed_multi_block_series():
+    case = CaseResult(id="a", unit="us", samples={"base": [1.0, 2.0, 3.0, 4.0]})
+    assert compare.capture_jitter(case, "base") == [1.0, 2.0, 3.0, 4.0], "no blocks: the samples"
+    case.extra["blocks"] = {"base": [0, 0, 0, 0]}
+    assert compare.capture_jitter(case, "base") == [1.0, 2.0, 3.0, 4.0], "one block: the samples"
+    case.extra["blocks"] = {"base": [0, 1, 0]}
+    with pytest.raises(DataError, match="should give the capture of each of its samples"):
+        compare.capture_jitter(case, "base")  # ids that do not fit the samples: an error, as everywhere
+    case.extra["blocks"] = {"base": [0, 0, 1, 1]}
+    assert compare.capture_jitter(case, "base") == pytest.approx([2 / 3, 4 / 3, 6 / 7, 8 / 7]), "two blocks: normalized"
+
+
+def test_baseline_mode_notes_look_inside_blocks_and_the_fallback_keeps_its_options():
+    stored, run = _blocked_results([1.0] * 10), _blocked_results([1.0] * 10)
+    ids = run.cases[0].extra["blocks"]["candidate"]
+    run.cases[0].samples["candidate"] = [x * (1 + 0.2 * b) for x, b in zip(run.cases[0].samples["candidate"], ids,
+                                                                         strict=True)]  # fmt: skip
+    (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
+    assert not [n for n in case.notes if "IQR" in n], "a spread between blocks is no noise"
+    run.cases[0].extra["blocks"]["candidate"] = [b + 10 for b in ids]  # other blocks: the unpaired fallback
+    (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.8, "B").cases
+    assert case.effect.method == stats.METHOD_BLOCKED_UNPAIRED and case.effect.confidence == 0.8
+    assert (case.effect.n_base, case.effect.n_candidate) == (30, 30)
+
+
+def test_baseline_picks_when_a_side_recorded_none():
+    stored, run = _blocked_results([1.0] * 10), _blocked_results([1.0] * 10)
+    (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
+    assert case.annotations["block_size_m"] == {"baseline": 16, "this run": 16}
+    del stored.cases[0].info["block_size_m"]
+    (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
+    assert case.annotations["block_size_m"] == {"baseline": None, "this run": 16} and not case.notes
+    run.cases[0].info["block_size_m"] = {}
+    stored.cases[0].info["block_size_m"] = {"candidate": 8}
+    (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
+    assert case.annotations["block_size_m"] == {"baseline": 8, "this run": None}
+    del stored.cases[0].info["block_size_m"]
+    (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
+    assert case.annotations["block_size_m"] is None
+
+
+def test_slug_names_the_machine():
+    assert baselines.slug("NVIDIA H200", 8) == "nvidia-h200-x8"
+    assert baselines.slug("NVIDIA GeForce RTX 4090", 1) == "nvidia-geforce-rtx-4090-x1"
+    assert baselines.slug("  A--B  ", 2) == "a-b-x2"

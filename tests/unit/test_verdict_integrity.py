@@ -23,23 +23,12 @@ from ci.core import baselines, compare, evidence, stats
 from ci.core.cli import run_main
 from ci.core.errors import DataError, ExitCode, IncompleteEvidenceError, PatchError, ServerError, UsageError
 from ci.core.jsonio import sha256_file
-from ci.core.results import BenchResults, CaseResult, load_results
+from ci.core.results import CaseResult, load_results
 from ci.trees import build, patching
-from tests.unit.factories import BEFORE, MOD, diff, kernel_results, make_release, make_results
+from tests.unit.factories import BEFORE, MOD, diff, kernel_results, make_release, make_results, saved
 
 ROOT = Path(__file__).resolve().parents[2]
 X1 = ROOT / "reports" / "nvidia-h200-x1"
-
-
-@pytest.fixture(autouse=True)
-def no_job_summary(monkeypatch):
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-
-
-def _save(results: BenchResults, path: Path, **settings) -> Path:
-    results.settings.update(settings)
-    results.save(path)
-    return path
 
 
 def _edit(path: Path, fn) -> Path:
@@ -57,7 +46,7 @@ def _gate(*args: str) -> int:
 
 
 def test_zero_cases_is_incomplete_not_pass(tmp_path):
-    path = _save(make_results({}), tmp_path / "r.json", expected_cases=[])
+    path = saved(make_results({}), tmp_path / "r.json", expected_cases=[])
     assert _gate("--results", str(path), "--out-dir", str(tmp_path / "o")) == ExitCode.INCOMPLETE
     verdict = json.loads((tmp_path / "o" / "verdict.json").read_text())
     assert verdict["overall"] == "INCOMPLETE" and "no case" in verdict["problems"][0]
@@ -66,8 +55,8 @@ def test_zero_cases_is_incomplete_not_pass(tmp_path):
 def test_one_case_of_the_suite_against_its_baseline_is_incomplete(tmp_path, capsys):
     full = {f"c{i}": 1.0 for i in range(5)}
     bdir = tmp_path / "b"
-    baselines.record(_save(make_results(full), tmp_path / "full.json"), bdir)
-    one = _save(make_results({"c0": 1.0}, seed=3), tmp_path / "one.json")  # a --cases subset of the same suite
+    baselines.record(saved(make_results(full), tmp_path / "full.json"), bdir)
+    one = saved(make_results({"c0": 1.0}, seed=3), tmp_path / "one.json")  # a --cases subset of the same suite
     args = ["--results", str(one), "--mode", "baseline", "--baseline-dir", str(bdir), "--out-dir", str(tmp_path / "o")]
     assert _gate(*args) == ExitCode.INCOMPLETE
     assert "4 of the baseline's 5 cases are not in this run: c1, c2, c3, c4" in capsys.readouterr().out
@@ -90,10 +79,10 @@ def test_identity_mismatch_against_a_baseline_is_incomplete(tmp_path):
     stored = make_results({"a": 1.0})
     stored.cases[0].info.update(model="m", model_config_sha256="aaa")
     bdir = tmp_path / "b"
-    baselines.record(_save(stored, tmp_path / "s.json", identity_keys=["model", "model_config_sha256"]), bdir)
+    baselines.record(saved(stored, tmp_path / "s.json", identity_keys=["model", "model_config_sha256"]), bdir)
     run = make_results({"a": 1.0}, seed=4)
     run.cases[0].info.update(model="m", model_config_sha256="bbb")  # same name, another config
-    path = _save(run, tmp_path / "r.json", identity_keys=["model", "model_config_sha256"])
+    path = saved(run, tmp_path / "r.json", identity_keys=["model", "model_config_sha256"])
     gate = compare.compare_baseline(run, baselines.load_baseline(run, bdir), "candidate", 0.03, 0.95, "b")
     assert gate.overall == stats.Verdict.INCOMPLETE and "model_config_sha256 differ" in gate.problems[0]
     assert _gate("--results", str(path), "--mode", "baseline", "--baseline-dir", str(bdir)) == ExitCode.INCOMPLETE
@@ -133,7 +122,7 @@ def _bad_runs(tmp_path: Path) -> dict[str, Path]:
         results = make_results(ratios or {"a": 1.0, "b": 1.0}, **kw)
         if fn:
             fn(results)
-        return name, _save(results, tmp_path / f"{name}.json")
+        return name, saved(results, tmp_path / f"{name}.json")
 
     def correctness(r):
         r.cases[0].extra["correctness"] = {"ok": False, "error": "rel L2 0.7"}
@@ -169,14 +158,14 @@ def test_record_refuses_every_run_without_complete_evidence(tmp_path):
 
 def test_record_refuses_a_suite_that_is_a_path(tmp_path):
     outside = tmp_path / "outside"
-    path = _save(make_results({"a": 1.0}, suite=f"../../../../{outside}"), tmp_path / "r.json")
+    path = saved(make_results({"a": 1.0}, suite=f"../../../../{outside}"), tmp_path / "r.json")
     assert run_main(baselines.main, ["record", str(path), "--dir", str(tmp_path / "b")]) == ExitCode.DATA
     assert not list(tmp_path.rglob("outside*"))
 
 
 def test_two_records_at_once_one_wins_the_other_is_refused(tmp_path, monkeypatch):
     bdir = tmp_path / "b"
-    first, second = (_save(make_results({"a": 1.0}, seed=s), tmp_path / f"{s}.json") for s in (1, 2))
+    first, second = (saved(make_results({"a": 1.0}, seed=s), tmp_path / f"{s}.json") for s in (1, 2))
     barrier = threading.Barrier(2)
     real_link = os.link
 
@@ -220,7 +209,7 @@ def test_two_records_at_once_one_wins_the_other_is_refused(tmp_path, monkeypatch
     ],
 )
 def test_malformed_results_are_a_data_error_not_a_fail(tmp_path, name, edit, capsys):
-    path = _edit(_save(make_results({"a": 1.0}), tmp_path / "r.json"), edit)
+    path = _edit(saved(make_results({"a": 1.0}), tmp_path / "r.json"), edit)
     assert _gate("--results", str(path), "--out-dir", str(tmp_path / "o")) == ExitCode.DATA, name
     err = capsys.readouterr().err
     assert str(path) in err or "case 'a'" in err or "case a" in err
@@ -229,13 +218,13 @@ def test_malformed_results_are_a_data_error_not_a_fail(tmp_path, name, edit, cap
 
 def test_missing_build_is_incomplete_not_usage(tmp_path):
     path = _edit(
-        _save(make_results({"a": 1.0}), tmp_path / "r.json"), lambda p: p["cases"][0]["samples"].pop("candidate")
+        saved(make_results({"a": 1.0}), tmp_path / "r.json"), lambda p: p["cases"][0]["samples"].pop("candidate")
     )
     assert _gate("--results", str(path), "--out-dir", str(tmp_path / "o")) == ExitCode.INCOMPLETE
 
 
 def test_a_bug_of_the_gate_is_an_internal_error_never_fail(tmp_path, monkeypatch, capsys):
-    path = _save(make_results({"a": 1.0}), tmp_path / "r.json")
+    path = saved(make_results({"a": 1.0}), tmp_path / "r.json")
     monkeypatch.setattr(compare, "compare_ab", lambda *a: 1 / 0)
     assert _gate("--results", str(path)) == ExitCode.INTERNAL == 70
     assert "ZeroDivisionError" in capsys.readouterr().err
@@ -258,17 +247,17 @@ def _nox_gate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_nox_passes_the_stages_exit_code_through(tmp_path):
-    fail = _save(kernel_results(ratio=1.10), tmp_path / "fail.json")
-    nobase = _save(kernel_results(), tmp_path / "nobase.json")
+    fail = saved(kernel_results(ratio=1.10), tmp_path / "fail.json")
+    nobase = saved(kernel_results(), tmp_path / "nobase.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    incomplete = _save(kernel_results(), tmp_path / "inc.json", complete=False)
+    incomplete = saved(kernel_results(), tmp_path / "inc.json", complete=False)
     cases = {
         ExitCode.FAILED: ["--results", str(fail)],
         ExitCode.NO_BASELINE: ["--results", str(nobase), "--mode", "baseline", "--baseline-dir", str(tmp_path)],
         ExitCode.DATA: ["--results", str(bad)],
         ExitCode.INCOMPLETE: ["--results", str(incomplete)],
-        ExitCode.OK: ["--results", str(_save(kernel_results(), tmp_path / "ok.json"))],
+        ExitCode.OK: ["--results", str(saved(kernel_results(), tmp_path / "ok.json"))],
     }
     for code, args in cases.items():
         done = _nox_gate(tmp_path, *args)
@@ -396,7 +385,7 @@ def test_a_killed_gate_takes_its_servers_with_it(tmp_path):
 
 def test_an_error_removes_the_earlier_verdict_and_keeps_other_files(tmp_path):
     out = tmp_path / "o"
-    ok = _save(make_results({"a": 1.0}), tmp_path / "ok.json")
+    ok = saved(make_results({"a": 1.0}), tmp_path / "ok.json")
     assert _gate("--results", str(ok), "--out-dir", str(out)) == ExitCode.OK
     assert (out / "verdict.json").is_file() and (out / "plot.png").is_file()
     (out / "notes.txt").write_text("mine")
@@ -405,7 +394,7 @@ def test_an_error_removes_the_earlier_verdict_and_keeps_other_files(tmp_path):
     assert _gate("--results", str(bad), "--out-dir", str(out)) == ExitCode.DATA
     assert not (out / "verdict.json").exists() and not (out / "plot.png").exists()
     assert (out / "notes.txt").read_text() == "mine"
-    nobase = _save(make_results({"a": 1.0}, suite="nothing"), tmp_path / "nb.json")
+    nobase = saved(make_results({"a": 1.0}, suite="nothing"), tmp_path / "nb.json")
     assert _gate("--results", str(ok), "--out-dir", str(out)) == ExitCode.OK
     args = ["--results", str(nobase), "--mode", "baseline", "--baseline-dir", str(tmp_path / "none"), "--out-dir"]
     assert _gate(*args, str(out)) == ExitCode.NO_BASELINE
@@ -418,7 +407,7 @@ def test_the_gate_never_removes_a_verdict_file_it_did_not_write(tmp_path, capsys
     out = tmp_path / "o"
     out.mkdir()
     (out / "report.md").write_text("my notes")
-    ok = _save(make_results({"a": 1.0}), tmp_path / "ok.json")
+    ok = saved(make_results({"a": 1.0}), tmp_path / "ok.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     for results in (bad, ok):
@@ -649,7 +638,7 @@ def _one_of_the_default_suite(tmp_path: Path) -> Path:
     no expected cases: it PASSed A/B and became the default baseline."""
     full = kernel_results("default", case_filter="deepseek-v3/ep1/tpr1/gptq*")
     full.settings = {"complete": True, "aa": False}
-    return _save(full, tmp_path / "one.json")
+    return saved(full, tmp_path / "one.json")
 
 
 def test_a_file_that_says_complete_but_holds_one_case_of_its_suite_is_incomplete(tmp_path, capsys):
@@ -687,21 +676,21 @@ def test_a_suite_or_profile_the_gate_does_not_define_is_incomplete(tmp_path):
 
 def test_force_never_shrinks_a_baseline(tmp_path):
     bdir = tmp_path / "b"
-    baselines.record(_save(kernel_results("quick"), tmp_path / "full.json"), bdir)
+    baselines.record(saved(kernel_results("quick"), tmp_path / "full.json"), bdir)
     subset = kernel_results("quick", case_filter="deepseek-v3/*")  # a subset: refused as a record anyway
     subset.settings["case_filter"] = None
     subset.cases = subset.cases[:3]
     stored = bdir / "nvidia-h200-x1" / "quick.json"
     before = stored.read_bytes()
     with pytest.raises(IncompleteEvidenceError):
-        baselines.record(_save(subset, tmp_path / "sub.json"), bdir, force=True)
+        baselines.record(saved(subset, tmp_path / "sub.json"), bdir, force=True)
     assert stored.read_bytes() == before
 
 
 def test_force_that_would_drop_cases_of_the_stored_baseline_is_refused(tmp_path, monkeypatch):
     """The suite lost cases (here: the stored baseline holds one more than the suite now defines)."""
     bdir = tmp_path / "b"
-    path = baselines.record(_save(kernel_results("quick"), tmp_path / "full.json"), bdir)
+    path = baselines.record(saved(kernel_results("quick"), tmp_path / "full.json"), bdir)
     payload = json.loads(path.read_text())
     extra = dict(payload["cases"][0], id="gone/ep1/tpr1/gptq-int4-g128/bf16")
     payload["cases"].append(extra)
@@ -712,17 +701,17 @@ def test_force_that_would_drop_cases_of_the_stored_baseline_is_refused(tmp_path,
         r"\): --force replaces a baseline, it never shrinks one. If the suite dropped those cases on purpose, "
         r"remove the old file \(git rm\) and record again$",
     ):
-        baselines.record(_save(kernel_results("quick", seed=2), tmp_path / "new.json"), bdir, force=True)
+        baselines.record(saved(kernel_results("quick", seed=2), tmp_path / "new.json"), bdir, force=True)
     assert json.loads(path.read_text()) == payload
 
 
 def test_a_baseline_that_is_not_complete_by_the_gates_definition_is_no_reference(tmp_path, capsys):
     bdir = tmp_path / "b"
-    path = baselines.record(_save(kernel_results("quick"), tmp_path / "full.json"), bdir)
+    path = baselines.record(saved(kernel_results("quick"), tmp_path / "full.json"), bdir)
     payload = json.loads(path.read_text())
     payload["cases"] = payload["cases"][:1]  # edited by hand after the record
     path.write_text(json.dumps(payload))
-    run = _save(kernel_results("quick", seed=3), tmp_path / "run.json")
+    run = saved(kernel_results("quick", seed=3), tmp_path / "run.json")
     args = ["--results", str(run), "--mode", "baseline", "--baseline-dir", str(bdir), "--out", str(tmp_path / "o")]
     assert _gate(*args) == ExitCode.INCOMPLETE
     assert "the baseline: 8 of the 9 cases of suite 'quick' are missing" in capsys.readouterr().out
@@ -747,7 +736,7 @@ def test_the_committed_baselines_are_complete_by_the_gates_definition():
     ],
 )
 def test_a_field_the_verdict_reads_must_have_its_type(tmp_path, edit, message):
-    path = _save(make_results({"a": 1.0}), tmp_path / "r.json")
+    path = saved(make_results({"a": 1.0}), tmp_path / "r.json")
     payload = json.loads(path.read_text())
     edit(payload)
     path.write_text(json.dumps(payload))
@@ -769,12 +758,12 @@ def test_case_and_sample_counts_are_bounded_and_checked_in_linear_time(tmp_path)
 
     big = make_results({})
     big.cases = [CaseResult(id=f"c{i}", unit="us", samples={"base": [1.0]}) for i in range(100_000)]
-    path = _save(big, tmp_path / "big.json")
+    path = saved(big, tmp_path / "big.json")
     with pytest.raises(DataError, match=r"100000 cases, more than the 10000 the gate reads"):
         load_results(path)
     many = make_results({"a": 1.0}, n=results_module.MAX_SAMPLES + 1)
     with pytest.raises(DataError, match=r"20001 samples, more than the 20000 the gate reads"):
-        load_results(_save(many, tmp_path / "many.json"))
+        load_results(saved(many, tmp_path / "many.json"))
     ids = {f"c{i}": 1.0 for i in range(10_000)}
     wide = make_results(ids, n=6)
     wide.settings["expected_cases"] = list(reversed(ids))
@@ -795,7 +784,7 @@ def test_a_release_that_requires_a_url_is_refused():
 
 def test_the_marker_lists_what_the_stage_wrote_and_only_that_is_replaced(tmp_path, capsys):
     out = tmp_path / "o"
-    ok = _save(make_results({"a": 1.0}), tmp_path / "ok.json")
+    ok = saved(make_results({"a": 1.0}), tmp_path / "ok.json")
     assert _gate("--results", str(ok), "--out", str(out)) == ExitCode.OK
     marker = json.loads((out / compare.OUTPUTS_MARKER).read_text())
     assert marker == {"kind": "gate-outputs", "schema_version": 1, "files": {
@@ -817,12 +806,12 @@ def test_the_bounds_are_inclusive_and_the_messages_exact(tmp_path):
     from ci.core import results as results_module
 
     at_most = make_results({"a": 1.0}, n=results_module.MAX_SAMPLES)
-    assert len(load_results(_save(at_most, tmp_path / "max.json")).cases[0].samples["base"]) == 20_000
+    assert len(load_results(saved(at_most, tmp_path / "max.json")).cases[0].samples["base"]) == 20_000
     edge = make_results({})
     edge.cases = [CaseResult(id=f"c{i}", unit="us", samples={"base": [1.0]}) for i in range(results_module.MAX_CASES)]
-    assert len(load_results(_save(edge, tmp_path / "edge.json")).cases) == 10_000
+    assert len(load_results(saved(edge, tmp_path / "edge.json")).cases) == 10_000
     edge.cases.append(CaseResult(id="one-more", unit="us", samples={"base": [1.0]}))
-    path = _save(edge, tmp_path / "over.json")
+    path = saved(edge, tmp_path / "over.json")
     with pytest.raises(DataError) as err:
         load_results(path)
     assert str(err.value) == (f"{path}: 10001 cases, more than the 10000 the gate reads; no stage of this gate writes "
@@ -830,7 +819,7 @@ def test_the_bounds_are_inclusive_and_the_messages_exact(tmp_path):
     dup = make_results({})
     dup.cases = [CaseResult(id=f"d{i % 7}", unit="us", samples={"base": [1.0]}) for i in range(14)]
     with pytest.raises(DataError) as err:
-        load_results(_save(dup, tmp_path / "dup.json"))
+        load_results(saved(dup, tmp_path / "dup.json"))
     assert str(err.value).endswith("duplicate case ids ['d0', 'd1', 'd2', 'd3', 'd4']")
     bad = make_results({"a": 1.0})
     for settings, message in (({"identity_keys": "model"}, "settings.identity_keys should be a list of strings"),
@@ -838,4 +827,4 @@ def test_the_bounds_are_inclusive_and_the_messages_exact(tmp_path):
                               ({"case_filter": 3}, "settings.case_filter should be a string, found 3")):  # fmt: skip
         bad.settings = {"expected_cases": ["a"], **settings}
         with pytest.raises(DataError, match=re.escape(message)):
-            load_results(_save(bad, tmp_path / "bad.json"))
+            load_results(saved(bad, tmp_path / "bad.json"))

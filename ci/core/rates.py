@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ci.core import stats
-from ci.core.compare import GateReport
+from ci.core.compare import GateReport, compare_ab
 from ci.core.errors import UsageError
+from ci.core.jsonio import write_json
 
 SUMMARY_JSON, SUMMARY_MD = "error-rates.json", "error-rates.md"
 DEFAULT_INJECT = (0.02, 0.035, 0.05)
@@ -83,3 +84,18 @@ def check_out(out: Path) -> None:
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / SUMMARY_JSON).exists())):
         raise UsageError(f"--out {out}: exists and is not an error-rates folder (no {SUMMARY_JSON}); "
                          "choose a new or empty folder")  # fmt: skip
+
+
+def record_run(out: Path, payload: dict, name: str, inject: float, results, wall_time_s: float, markdown,
+               **extra) -> dict:  # fmt: skip
+    """Judge one run as the gate judges a change (A/B), add its row (with ``extra``) and the pooled shares to
+    ``payload``, and write the table so far (``SUMMARY_JSON``, ``SUMMARY_MD`` by ``markdown``) into ``out``."""
+    gate = compare_ab(results, stats.DEFAULT_THRESHOLD, stats.DEFAULT_CONFIDENCE)
+    payload["provenance"] = results.provenance
+    row = {**summarize(name, inject, gate, wall_time_s), **extra}
+    payload["runs"].append(row)
+    payload["pooled"] = pooled(payload["runs"])
+    write_json(out / SUMMARY_JSON, payload)
+    (out / SUMMARY_MD).write_text(markdown(payload))
+    print(markdown(payload), flush=True)
+    return row

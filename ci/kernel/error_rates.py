@@ -24,9 +24,7 @@ from pathlib import Path
 
 from ci.core import rates, stats
 from ci.core.cli import run_main
-from ci.core.compare import compare_ab
 from ci.core.errors import UsageError
-from ci.core.jsonio import write_json
 from ci.kernel import bench
 
 KIND = "ep-marlin-error-rates"
@@ -138,13 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = bench.run_suite(trees, cases, args.repeats, args.suite, aa=True, case_filter=case_filter,
                                   blocks=args.blocks, block_size_repeats=0, inject=inject)  # fmt: skip
         results.save(args.out / f"{name}.json")
-        gate = compare_ab(results, stats.DEFAULT_THRESHOLD, stats.DEFAULT_CONFIDENCE)
-        payload["provenance"] = results.provenance
-        payload["runs"].append(rates.summarize(name, inject, gate, time.time() - started))
-        payload["pooled"] = rates.pooled(payload["runs"])
-        write_json(args.out / rates.SUMMARY_JSON, payload)
-        (args.out / rates.SUMMARY_MD).write_text(markdown(payload))
-        print(markdown(payload), flush=True)
+        rates.record_run(args.out, payload, name, inject, results, time.time() - started, markdown)
     return 0
 
 

@@ -26,9 +26,7 @@ from pathlib import Path
 
 from ci.core import rates, stats
 from ci.core.cli import run_main
-from ci.core.compare import compare_ab
 from ci.core.errors import UsageError
-from ci.core.jsonio import write_json
 from ci.serving import config as serving_config
 from ci.serving import tpot
 
@@ -139,13 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if pilot_ms is None:
             pilot_ms = stats.median(results.cases[0].samples["base"])
             payload["settings"]["pilot_base_tpot_ms"] = pilot_ms
-        gate = compare_ab(results, stats.DEFAULT_THRESHOLD, stats.DEFAULT_CONFIDENCE)
-        payload["provenance"] = results.provenance
-        payload["runs"].append({**rates.summarize(name, inject, gate, time.time() - started), "sleep_us": sleep_us})
-        payload["pooled"] = rates.pooled(payload["runs"])
-        write_json(args.out / rates.SUMMARY_JSON, payload)
-        (args.out / rates.SUMMARY_MD).write_text(markdown(payload))
-        print(markdown(payload), flush=True)
+        rates.record_run(args.out, payload, name, inject, results, time.time() - started, markdown, sleep_us=sleep_us)
     return 0
 
 

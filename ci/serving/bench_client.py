@@ -5,7 +5,7 @@ a request; over a dozen rounds that is longer than the measurement. This script 
 ``vllm.benchmarks.serve`` once (vLLM's own client: the code the CLI's ``cmd`` calls) and runs
 its ``main`` once per round, with the argument list ``vllm bench serve`` would get.
 
-Protocol (driven by :class:`ci.serving.tpot.BenchClient`): one JSON line on stdout when ready,
+Protocol (driven by :class:`ci.serving.client.BenchClient`): one JSON line on stdout when ready,
 ``{"ready": true, "import_s": ...}`` (or ``{"ready": false, "error": ...}``); then for each
 line ``{"argv": [...], "tag": "..."}`` on stdin, one line ``{"ok": true, "seconds": ...}`` or
 ``{"ok": false, "error": "..."}`` on stdout. Everything vLLM prints goes to ``--log``.

@@ -15,7 +15,8 @@ import pytest
 from ci.core.errors import DataError, ServerError
 from ci.core.results import load_results
 from ci.serving import config as sc
-from ci.serving import tpot
+from ci.serving import launches, tpot
+from ci.serving.client import CLIENTS, BenchClient, parse_bench_result
 from ci.serving.server import Server, free_port
 from ci.trees.build import FileChange, TreeManifest, Trees
 from tests.unit.factories import fake_tree
@@ -30,7 +31,7 @@ def worker_ports(monkeypatch) -> None:
     beside a test run): servers of parallel tests must not race for one (free_port checks, then the server binds)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
     session = 1000 * (os.getppid() % 20)  # the xdist workers of one session share their parent
-    monkeypatch.setattr(tpot, "DEFAULT_PORT", 20000 + session + 500 * (int(worker) if worker.isdigit() else 0))
+    monkeypatch.setattr(launches, "DEFAULT_PORT", 20000 + session + 500 * (int(worker) if worker.isdigit() else 0))
 
 
 @pytest.fixture
@@ -78,7 +79,7 @@ def test_bench_command_line_and_env(tmp_path):
 
 def test_parse_recorded_bench_result():
     """A file vllm bench serve (0.25.1) wrote on the H200 in this project (model paths made relative)."""
-    r = tpot.parse_bench_result(HERE / "data" / "vllm-bench-serve-result.json", "base")
+    r = parse_bench_result(HERE / "data" / "vllm-bench-serve-result.json", "base")
     assert r.completed == 64 and r.failed == 0
     assert round(r.median_tpot_ms, 3) == 2.392 and round(r.mean_tpot_ms, 3) == 2.299
     assert round(r.output_throughput) == 5668 and round(r.median_ttft_ms, 1) == 69.5
@@ -88,23 +89,23 @@ def test_bad_bench_results_are_refused(tmp_path):
     p = tmp_path / "r.json"
     p.write_text(json.dumps({"completed": 3, "failed": 0}))
     with pytest.raises(DataError, match="median_tpot_ms"):
-        tpot.parse_bench_result(p, "base")
+        parse_bench_result(p, "base")
     data = json.loads((HERE / "data" / "vllm-bench-serve-result.json").read_text())
     p.write_text(json.dumps({**data, "failed": 2}))
     with pytest.raises(ServerError, match="2 requests failed"):  # the server's failure: exit 8, not 7
-        tpot.parse_bench_result(p, "base")
+        parse_bench_result(p, "base")
     p.write_text("{")
     with pytest.raises(DataError, match="cannot read"):
-        tpot.parse_bench_result(p, "base")
+        parse_bench_result(p, "base")
 
 
 def test_rounds_alternate_and_balance():
-    assert tpot.round_order(3) == ["base", "candidate", "candidate", "base", "base", "candidate"]
+    assert launches.round_order(3) == ["base", "candidate", "candidate", "base", "base", "candidate"]
 
 
 def _server(trees, tmp_path, mode="ok", delay="0.2"):
     env = {**sc.server_env(trees.base), "STANDIN_MODE": mode, "STANDIN_DELAY": delay}
-    port = free_port(tpot.DEFAULT_PORT + 300)
+    port = free_port(launches.DEFAULT_PORT + 300)
     argv = sc.serve_argv(trees.base, QWEN, port=port, profile=sc.PROFILES["pr"], dp=1, seed=0)
     return Server("standin", argv, port=port, log=tmp_path / "server.log", env=env)
 
@@ -194,7 +195,7 @@ def test_ab_launch_pairs_end_to_end(standin_trees, tmp_path, monkeypatch, mode, 
     assert all(set(rec["startup_s"]) == {"base", "candidate"} for rec in launches)
     assert results.settings["order"] == [f"{n}:{b}" for n, b in zip([0] * 6 + [1] * 6, order, strict=True)]
     assert case.info["moe_backend_flag"] == ["--moe-backend", "marlin"]
-    assert case.info["bench_client"] == tpot.CLIENTS[client]
+    assert case.info["bench_client"] == CLIENTS[client]
     client_log = tmp_path / "out" / "bench-client.log"
     runs = 12 + 4  # rounds, and a warm-up per server launch
     if client == "inprocess":  # one process ran them all
@@ -255,15 +256,15 @@ def test_settling_stops_at_the_cap_and_says_it_did_not_settle(standin_trees, tmp
 
 
 def test_the_settling_rule():
-    assert tpot.settled([10.0, 10.05, 10.08], 3, 0.01) and not tpot.settled([10.0, 10.05], 3, 0.01)
-    assert not tpot.settled([10.0, 10.2, 10.05], 3, 0.01) and tpot.settled([12.0, 10.0, 10.05, 10.0], 3, 0.01)
+    assert launches.settled([10.0, 10.05, 10.08], 3, 0.01) and not launches.settled([10.0, 10.05], 3, 0.01)
+    assert not launches.settled([10.0, 10.2, 10.05], 3, 0.01) and launches.settled([12.0, 10.0, 10.05, 10.0], 3, 0.01)
 
 
 def test_launch_pairs_alternate_who_starts_and_balance_rounds():
-    assert [tpot.launch_order(n) for n in range(3)] == [("base", "candidate"), ("candidate", "base"),
+    assert [launches.launch_order(n) for n in range(3)] == [("base", "candidate"), ("candidate", "base"),
                                                         ("base", "candidate")]  # fmt: skip
     profile = replace(sc.PROFILES["pr"], launches=2, rounds=2)
-    assert tpot.run_order(profile) == [(0, "base"), (0, "candidate"), (0, "candidate"), (0, "base"),
+    assert launches.run_order(profile) == [(0, "base"), (0, "candidate"), (0, "candidate"), (0, "base"),
                                        (1, "candidate"), (1, "base"), (1, "base"), (1, "candidate")]  # fmt: skip
 
 
@@ -358,7 +359,7 @@ def test_the_injected_sleep_is_timed_then_runs_before_every_fused_marlin_moe_cal
         "import os, torch\nfrom vllm.model_executor.layers.fused_moe.experts import marlin_moe as m\n"
         "print(m.apply(3), m.fused_marlin_moe(4), torch.calls, os.environ.get('OTHER_SITECUSTOMIZE'))"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tpot.INJECT_DIR), str(fake), str(other)]),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(launches.INJECT_DIR), str(fake), str(other)]),
            "GATE_INJECT_SLEEP_US": "5"}  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert done.stdout.split(" ", 2)[:2] == ["6", "8"], done.stderr
@@ -375,10 +376,10 @@ def test_the_injected_sleep_is_timed_then_runs_before_every_fused_marlin_moe_cal
 def test_only_the_candidate_server_of_an_aa_run_gets_the_sleep(standin_trees, tmp_path, monkeypatch):
     from ci.core.errors import UsageError
 
-    runner = tpot.Runner(standin_trees, QWEN, sc.PROFILES["pr"], 1, tmp_path, 10, aa=True, inject_sleep_us=2.5)
+    runner = launches.Runner(standin_trees, QWEN, sc.PROFILES["pr"], 1, tmp_path, 10, aa=True, inject_sleep_us=2.5)
     cand, base = runner.server("candidate", 1, 0), runner.server("base", 2, 0)
-    assert cand.env["GATE_INJECT_SLEEP_US"] == "2.5" and cand.env["PYTHONPATH"].startswith(str(tpot.INJECT_DIR))
-    assert "GATE_INJECT_SLEEP_US" not in base.env and str(tpot.INJECT_DIR) not in base.env["PYTHONPATH"]
+    assert cand.env["GATE_INJECT_SLEEP_US"] == "2.5" and cand.env["PYTHONPATH"].startswith(str(launches.INJECT_DIR))
+    assert "GATE_INJECT_SLEEP_US" not in base.env and str(launches.INJECT_DIR) not in base.env["PYTHONPATH"]
     assert (
         str(standin_trees.base) in cand.env["PYTHONPATH"] and str(standin_trees.candidate) not in cand.env["PYTHONPATH"]
     )
@@ -465,7 +466,7 @@ def test_failed_round_is_an_error_and_servers_stop(standin_trees, tmp_path, monk
 def test_client_of_a_vllm_without_the_bench_module_says_what_to_do(tmp_path):
     from ci.core.errors import MissingDependencyError
 
-    client = tpot.BenchClient(fake_tree(tmp_path / "old", bench_module=False), tmp_path / "c.log").start()
+    client = BenchClient(fake_tree(tmp_path / "old", bench_module=False), tmp_path / "c.log").start()
     try:
         with pytest.raises(MissingDependencyError, match="use --bench-client cli"):
             client.wait_ready()

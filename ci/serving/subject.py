@@ -9,6 +9,7 @@ profile's rounds of each build in each of its launch pairs; the launch pair of e
 
 from __future__ import annotations
 
+from ci.core import stats
 from ci.core.errors import DataError, UsageError
 from ci.core.subjects import Subject, register
 from ci.runner import outputs
@@ -29,8 +30,8 @@ def _launch_lines(case) -> list[str]:
              "|---:|---|---|---|---:|---:|---:|---:|"]  # fmt: skip
 
     def med(xs):
-        xs = sorted(x for x in xs if x is not None)
-        return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2 if xs else None
+        xs = [x for x in xs if x is not None]
+        return stats.median(xs) if xs else None
 
     for rec in launches:
         n = rec.get("launch")

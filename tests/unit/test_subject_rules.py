@@ -62,6 +62,29 @@ def test_tpot_rounds_must_be_a_list_with_their_counts():
         serving_subject.case_problems(case)
 
 
+def _launch_pairs_run():
+    """The committed H200 A/B of six launch pairs, with the gaps a record can have: pair 2 without its start-up
+    and settling, pair 3's base rounds without the server's figure, pair 4 without its start order and its
+    candidate without rounds."""
+    results = load_results(ROOT / "reports" / "nvidia-h200-x1" / "tpot-launch-pairs" / "pr-ab.json")
+    case = results.cases[0]
+    pairs = case.extra["timeline"]["launches"]
+    pairs[2].pop("startup_s")
+    pairs[2]["settle"] = []
+    pairs[4].pop("order")
+    pairs[5]["settle"].append({"builds": ["base"], "runs": 6, "seconds": 13.6, "settled": True})
+    for r in case.extra["rounds"]:
+        if r["launch"] == 3 and r["build"] == "base":
+            r["server_itl_ms"] = None
+    case.extra["rounds"] = [r for r in case.extra["rounds"] if not (r["launch"] == 4 and r["build"] == "candidate")]
+    return results
+
+
+def test_the_tpot_launch_pairs_table_matches_its_golden_file():
+    text = "\n".join(serving_subject.details(_launch_pairs_run())) + "\n"
+    assert text == (DATA / "tpot-launch-pairs-details.md").read_text()
+
+
 def test_the_tpot_rounds_table_matches_its_golden_file():
     """The rounds of the committed A/A run, one round without readings ("-"), a case without rounds first and
     a second case after it."""

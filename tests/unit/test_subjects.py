@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ci.core import compare, subjects
+from ci.core.subjects import Subject
 from ci.kernel import subject as kernel_subject
 from tests.unit.factories import blocked_results as _blocked_results
 
@@ -55,3 +56,16 @@ def test_blocked_ab_and_baseline_cases_carry_the_kernel_annotations():
     (case,) = compare.compare_baseline(run, _blocked_results([1.0] * 10), "base", 0.03, 0.95, "B").cases
     assert case.cells == {"block_size_m (baseline -> this run)": "64 -> 64",
                           "regret vs best block size": "best 16: base +48%"}  # fmt: skip
+
+
+def test_a_missing_results_file_names_the_command_of_the_subject_that_writes_it(monkeypatch):
+    """Only a subject that names both its file and its writer counts; none: the message says so."""
+    monkeypatch.setattr(subjects, "_REGISTRY", {})
+    monkeypatch.setattr(subjects, "_load", lambda: None)
+    subjects.register(Subject(kind="a", results_file="a.json"))  # no writer
+    subjects.register(Subject(kind="b", writer="make b"))  # no file
+    assert subjects.written_by("a.json") == "no subject names its results file"
+    subjects.register(Subject(kind="c", results_file="c.json", writer="make c"))
+    subjects.register(Subject(kind="d", results_file="d.json", writer="make d"))
+    assert subjects.written_by("d.json") == "make d writes d.json"
+    assert subjects.written_by("other.json") == "make c writes c.json; make d writes d.json"

@@ -20,7 +20,8 @@ Raw samples (microseconds per call) and each sample's block go into a versioned 
 (``ci.kernel.error_rates``): the candidate is the base build with a GPU sleep appended to each of its
 graphs, calibrated per case so that the candidate is F (e.g. 0.035) slower than the base.
 
-Usage: ``python -m ci.kernel.bench --manifest M [--suite default|quick] [--repeats 90] [--blocks 30] --out DIR`` (writes DIR/kernel-results.json)
+Usage: ``python -m ci.kernel.bench --manifest M [--suite default|quick] [--repeats 90] [--blocks 30] --out DIR``
+(writes ``DIR/kernel-results.json``)
 """
 
 from __future__ import annotations

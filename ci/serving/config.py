@@ -147,12 +147,15 @@ def model_dir(name: str) -> Path:
     return path
 
 
-def moe_backend_flag(tree: Path) -> list[str]:
-    """``--moe-backend marlin`` where this vLLM has the flag (read from its source, not imported)."""
+def has_flag(tree: Path, flag: str) -> bool:
+    """This vLLM's engine arguments define ``flag`` (read from its source, not imported)."""
     arg_utils = tree / "vllm" / "engine" / "arg_utils.py"
-    if arg_utils.is_file() and '"--moe-backend"' in arg_utils.read_text():
-        return ["--moe-backend", "marlin"]
-    return []
+    return arg_utils.is_file() and f'"{flag}"' in arg_utils.read_text()
+
+
+def moe_backend_flag(tree: Path) -> list[str]:
+    """``--moe-backend marlin`` where this vLLM has the flag."""
+    return ["--moe-backend", "marlin"] if has_flag(tree, "--moe-backend") else []
 
 
 def server_env(tree: Path) -> dict[str, str]:
@@ -187,8 +190,7 @@ def kv_cache_flag(tree: Path, nbytes: int | None) -> list[str]:
     """``--kv-cache-memory-bytes N`` where ``nbytes`` is given; a :class:`UsageError` for a vLLM without it."""
     if nbytes is None:
         return []
-    arg_utils = tree / "vllm" / "engine" / "arg_utils.py"
-    if not (arg_utils.is_file() and '"--kv-cache-memory-bytes"' in arg_utils.read_text()):
+    if not has_flag(tree, "--kv-cache-memory-bytes"):
         raise UsageError(f"{tree}: this vLLM has no --kv-cache-memory-bytes, which --start parallel needs; "
                          "use --start serial")  # fmt: skip
     return ["--kv-cache-memory-bytes", str(nbytes)]

@@ -89,17 +89,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="slowdowns of the step, e.g. 0.02,0.035,0.05")  # fmt: skip
     parser.add_argument("--inject-runs", type=int, default=1, help="runs per injected slowdown (%(default)s)")
     parser.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health")
+    parser.add_argument("--allow-busy", action="store_true", help="measure even if another process uses the GPU")
     args = parser.parse_args(argv)
     if args.aa_runs < 1 or args.inject_runs < 0:
         raise UsageError(f"--aa-runs {args.aa_runs} --inject-runs {args.inject_runs}: at least one A/A run (the "
                          "pilot that sizes the sleep), and 0 or more runs per injected slowdown")  # fmt: skip
     rates.check_out(args.out)
-    from ci.runner import gpu
     from ci.trees.build import load_trees
 
     trees = load_trees(args.manifest)
-    gpus = gpu.require_gpus()
-    dp = args.dp or len(gpus)
+    gpus = tpot.serving_gpus(args.dp, args.allow_busy)
+    dp = len(gpus)
     profile = serving_config.PROFILES[args.profile]
     layers = moe_layers(serving_config.model_dir(args.model))
     plan = [(0.0, i) for i in range(1, args.aa_runs + 1)]
@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     pilot_ms = None
     for inject, index in plan:
-        name = rates.run_name(inject, index) if not inject else f"{rates.run_name(inject, index)}-{index}"
+        name = rates.run_name(inject, index) + (f"-{index}" if inject else "")  # several runs per level
         sleep_us = sleep_us_for(inject, pilot_ms, layers) if inject else 0.0
         started = time.time()
         print(f"tpot error_rates: run {name} (sleep {sleep_us} us a fused_marlin_moe call)", flush=True)

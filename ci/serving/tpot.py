@@ -156,6 +156,18 @@ def rounds_from_dir(directory: Path) -> list[RoundResult]:
     return found
 
 
+def serving_gpus(dp: int | None, allow_busy: bool) -> list:
+    """The GPUs of a serving run, one a DP rank (default: every visible GPU), once they are there and idle."""
+    gpus = gpu.require_gpus()
+    dp = dp or len(gpus)
+    if dp > len(gpus):
+        raise NoGPUError(f"--dp {dp} needs {dp} GPUs; {len(gpus)} visible")
+    busy = gpu.busy_gpus(gpus[:dp])
+    if busy and not allow_busy:
+        raise GPUBusyError(f"the GPU is busy: {busy[0]}; wait for it, or pass --allow-busy (TPOT will be noisy)")
+    return gpus[:dp]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.serving.tpot", description=__doc__.split("\n\n")[0])
     parser.add_argument("--manifest", type=Path, help="the trees' manifest.json (from ci.trees.build)")
@@ -212,15 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.save(out)
         print(f"tpot: {len(rounds)} rounds from {args.from_rounds} written to {out}")
         return 0
-    gpus = gpu.require_gpus()
-    dp = args.dp or len(gpus)
-    if dp > len(gpus):
-        raise NoGPUError(f"--dp {dp} needs {dp} GPUs; {len(gpus)} visible")
+    dp = len(serving_gpus(args.dp, args.allow_busy))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: servers stop
     print(f"tpot: run tag {procs.RUN_ID_ENV}={procs.run_id()} (servers answer as {served_name('<build>')})", flush=True)
-    busy = gpu.busy_gpus(gpus[:dp])
-    if busy and not args.allow_busy:
-        raise GPUBusyError(f"the GPU is busy: {busy[0]}; wait for it, or pass --allow-busy (TPOT will be noisy)")
     results = run_tpot(trees, args.model, args.profile, dp, args.out, args.server_mode, args.health_timeout,
                        save_to=out, client=args.bench_client, aa=args.aa, overrides=overrides,
                        start=args.start, inject_sleep_us=args.inject_sleep_us)  # fmt: skip

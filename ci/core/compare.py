@@ -171,7 +171,8 @@ def compare_baseline(
         ref, got = stored.samples[side], case.samples[side]
         ref_blocks, got_blocks = block_medians(stored, side), block_medians(case, side)
         if ref_blocks is not None and got_blocks is not None:  # captures against captures
-            if _same_blocks(stored, case, side):  # block b drew the same inputs in both runs: pair them
+            matched = subjects.subject_of(results.kind).captures_match_across_runs
+            if matched and _same_blocks(stored, case, side):  # block b drew the same inputs in both runs: pair them
                 paired = stats.blocked_effect(ref_blocks, got_blocks, confidence, n_base=len(ref), n_cand=len(got))
                 effect = replace(paired, method=stats.METHOD_BLOCKED_BASELINE)
             else:

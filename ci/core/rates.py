@@ -80,10 +80,40 @@ def parse_levels(text: str) -> tuple[float, ...]:
 
 
 def check_out(out: Path) -> None:
-    """The out dir is new, empty, or an earlier error-rates folder (never someone else's files)."""
+    """The out dir is new, empty, or an earlier error-rates folder (never someone else's files; runs are added
+    to an earlier table, ``continued``)."""
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / SUMMARY_JSON).exists())):
         raise UsageError(f"--out {out}: exists and is not an error-rates folder (no {SUMMARY_JSON}); "
                          "choose a new or empty folder")  # fmt: skip
+
+
+def continued(out: Path, payload: dict, keep: Sequence[str] = ()) -> dict:
+    """The payload to add runs to: ``payload`` for a new folder, or the error-rates table already in ``out``
+    (an earlier session's: its runs are kept, and the next runs count on from them) when it measured the same
+    thing on the same GPU: the same kind, GPU and settings, but for the ``keep`` settings, which only the
+    earlier table has (e.g. the pilot's figure that sized the injected sleep). A :class:`UsageError`
+    naming what differs otherwise."""
+    from ci.core.jsonio import read_json
+
+    path = out / SUMMARY_JSON
+    if not path.exists():
+        return payload
+    earlier = read_json(path, kind=payload["kind"], versions=(payload["schema_version"],))
+    ours = {k: v for k, v in payload["settings"].items() if k not in keep}
+    theirs = {k: v for k, v in (earlier.get("settings") or {}).items() if k not in keep}
+    differ = [f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} now" for k in sorted(ours.keys() | theirs.keys())
+              if ours.get(k) != theirs.get(k)]  # fmt: skip
+    if earlier.get("gpu") != payload["gpu"]:
+        differ.append(f"gpu: {earlier.get('gpu')!r} there, {payload['gpu']!r} now")
+    if differ:
+        raise UsageError(f"{path}: these runs measured something else ({'; '.join(differ)}); add runs with the same "
+                         "settings, or choose a new --out folder")  # fmt: skip
+    return earlier
+
+
+def next_index(payload: dict, inject: float) -> int:
+    """The number of the next run of this level (1 in a new table)."""
+    return 1 + sum(1 for row in payload["runs"] if row["inject"] == inject)
 
 
 def record_run(out: Path, payload: dict, name: str, inject: float, results, wall_time_s: float, markdown,

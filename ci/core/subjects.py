@@ -48,6 +48,10 @@ class Subject:
     min_samples: Callable[[Any], int] = lambda results: 0  # per case and judged build, beyond the core's floor
     # results -> the fresh timing units (captures, ``extra.blocks``) each judged build needs in each case
     min_captures: Callable[[Any], int] = lambda results: 1
+    # capture b of two runs of a case did the same work (inputs, order and padding seeded by case and b, as the
+    # kernel bench's): baseline mode pairs them; False (server launches, independent in each run): it compares
+    # the two runs' captures unpaired, so the interval holds the spread between captures of different runs
+    captures_match_across_runs: bool = True
     case_problems: Callable[[Any], list[str]] = lambda case: []  # what keeps a case from counting as evidence
     baseline_prefix: str = ""
     results_file: str = ""  # the name of the results file its stage writes, and the command that writes it

@@ -39,6 +39,11 @@ class Profile:
     warmup_prompts: int  # one run of these per server launch, unmeasured
     max_model_len: int
     gpu_memory_fraction: float  # per server (two share the GPUs in concurrent mode)
+    # With ``--start parallel`` (a fixed KV cache per server) this many launch pairs start together: all
+    # their servers at once, then each pair's rounds in turn while the others idle. A server's start-up
+    # (about 50 s of Python imports, 10 s on the GPU) is what a run spends most on; pairs started together
+    # share it, and each pair's two servers still have their own launch.
+    pairs_at_once: int = 1
     # Settling, after the warm-up: short runs of ``settle_prompts``, the two servers in turn, until the
     # median TPOT of each server's last ``settle_window`` runs lies within ``settle_tolerance`` (max/min - 1),
     # or ``settle_max_s`` after the pair's first launch (then the launch records settled: false).
@@ -55,8 +60,10 @@ class Profile:
 
 
 PROFILES = {
+    # pr: three pairs start at once (6 servers, 120 GB of an H200 with their fixed 2 GiB KV caches): a
+    # run took 465 s on one H200 where one pair at a time took 1,000 s (docs/tpot.md)
     "pr": Profile(input_len=256, output_len=128, concurrency=16, prompts=128, launches=6, rounds=2,
-                  warmup_prompts=64, max_model_len=1024, gpu_memory_fraction=0.4, settle_max_s=120),
+                  warmup_prompts=64, max_model_len=1024, gpu_memory_fraction=0.4, settle_max_s=120, pairs_at_once=3),
     "nightly": Profile(input_len=1024, output_len=1024, concurrency=64, prompts=320, launches=6, rounds=1,
                        warmup_prompts=64, max_model_len=4096, gpu_memory_fraction=0.4, settle_prompts=64,
                        settle_max_s=180),
@@ -196,17 +203,42 @@ def kv_cache_flag(tree: Path, nbytes: int | None) -> list[str]:
     return ["--kv-cache-memory-bytes", str(nbytes)]
 
 
+def resolve_start(profile: Profile, start: str | None, pairs_at_once: int | None, mode: str) -> tuple[str, int]:
+    """How a run's servers start, and how many launch pairs at once: the profile's unless overridden. A profile
+    that starts several pairs at once starts them in parallel (``--start``'s default); a serial start is one pair
+    at a time. A :class:`UsageError` for a combination that cannot run."""
+    start = start or ("parallel" if profile.pairs_at_once > 1 else "serial")
+    pairs = pairs_at_once if pairs_at_once is not None else (profile.pairs_at_once if start == "parallel" else 1)
+    if start == "parallel" and mode == "sequential":
+        raise UsageError("--start parallel starts a pair's two servers at once: it needs --server-mode concurrent "
+                         "(or --start serial)")  # fmt: skip
+    if pairs < 1 or (pairs > 1 and start != "parallel"):
+        raise UsageError(f"--pairs-at-once {pairs} starts several launch pairs' servers at once: it needs --start "
+                         "parallel (a fixed KV cache per server), and at least 1")  # fmt: skip
+    return start, pairs
+
+
+def memory_fraction(profile: Profile, parallel: bool) -> float:
+    """``--gpu-memory-utilization`` of one server. With a fixed KV cache (``parallel``) vLLM only checks that
+    so much is free when the server starts; the servers of ``pairs_at_once`` pairs start together, so each asks
+    for at most its share of 90% of the device."""
+    if not parallel:
+        return profile.gpu_memory_fraction
+    return min(profile.gpu_memory_fraction, round(0.9 / (2 * max(1, profile.pairs_at_once)), 3))
+
+
 def served_name(build: str) -> str:
     """The model name a server of this run answers to: proves a port is held by this run's server."""
     return f"gate-{procs.run_id()}-{build}"
 
 
 def serve_argv(tree: Path, model: Path, *, port: int, profile: Profile, dp: int, seed: int,
-               name: str | None = None, kv_bytes: int | None = None) -> list[str]:  # fmt: skip
+               name: str | None = None, kv_bytes: int | None = None,
+               memory_fraction: float | None = None) -> list[str]:  # fmt: skip
     argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
             "--tokenizer", str(TOKENIZER_DIR), "--load-format", "dummy", "--port", str(port),
             "--host", "127.0.0.1", "--seed", str(seed), "--max-model-len", str(profile.max_model_len),
-            "--gpu-memory-utilization", str(profile.gpu_memory_fraction),
+            "--gpu-memory-utilization", str(memory_fraction or profile.gpu_memory_fraction),
             "--max-num-seqs", str(max(profile.concurrency, 1)),
             # every round repeats the same prompts (same seed): without prefix caching each round
             # does the same work, instead of the first one filling the cache for the rest

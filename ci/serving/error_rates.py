@@ -9,10 +9,14 @@ caused. Every run is a full TPOT run judged by ``ci.core.compare`` as the gate j
 measures and decides nothing (exit 0 once every run is in).
 
 Usage: ``python -m ci.serving.error_rates --manifest M --out DIR [--aa-runs 3] [--inject 0.02,0.035,0.05]
-[--inject-runs 1] [--profile pr] [--model qwen3-30b-a3b-like] [--dp N] [--start serial]``
+[--inject-runs 1] [--profile pr] [--model qwen3-30b-a3b-like] [--dp N] [--start parallel|serial]
+[--pairs-at-once K]``
 
 Writes, as each run ends (a stopped job keeps what it measured): ``DIR/<run>/tpot-results.json`` (the
-run) and ``DIR/error-rates.json`` / ``DIR/error-rates.md`` (the table so far).
+run) and ``DIR/error-rates.json`` / ``DIR/error-rates.md`` (the table so far). A ``DIR`` that holds an
+earlier table of the same settings on the same GPU (e.g. a committed one, from another session's machine)
+gets the new runs added, numbered on from its own, with its pilot's figure (``--aa-runs 0`` is then
+allowed): a session's 30 minutes of GPU time buy three ``pr`` runs, and the shares grow over sessions.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from ci.core import rates, stats
 from ci.core.cli import run_main
 from ci.core.errors import UsageError
+from ci.runner import procs
 from ci.serving import config as serving_config
 from ci.serving import tpot
 
@@ -69,10 +75,14 @@ def markdown(payload: dict) -> str:
         target = rates.TARGETS.get("aa" if key == "aa" else float(key), "")
         cells = " | ".join(rates.pct(share.get(v)) for v in ("PASS", "INCONCLUSIVE", "FAIL"))
         lines.append(f"| {label} | {level['runs']} | {cells} | {target} |")
-    lines += ["", "| run | sleep us a call | verdict | ratio | wall s |", "|---|---:|---|---:|---:|"]
+    lines += ["", "| run | started (UTC), run tag | sleep us a call | verdict | ratio | wall s |",
+              "|---|---|---:|---|---:|---:|"]  # fmt: skip
     for r in payload["runs"]:
         ratio = "-" if r["median_ratio"] is None else f"{r['median_ratio']:.4f}"
-        lines.append(f"| {r['run']} | {r.get('sleep_us', 0)} | {r['overall']} | {ratio} | {r['wall_time_s']} |")
+        session = r.get("session") or {}
+        when = f"{session.get('started_utc', '-')}, {session.get('run_id', '-')}"
+        cells = [r["run"], when, r.get("sleep_us", 0), r["overall"], ratio, r["wall_time_s"]]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -83,7 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default="qwen3-30b-a3b-like", help=f"one of {serving_config.models()}")
     parser.add_argument("--profile", choices=sorted(serving_config.PROFILES), default="pr")
     parser.add_argument("--dp", type=int, help="data-parallel size = EP size (default: every visible GPU)")
-    parser.add_argument("--start", choices=sorted(tpot.STARTS), default="serial")
+    parser.add_argument("--start", choices=sorted(tpot.STARTS), help="as ci.serving.tpot's (default: the profile's)")
+    parser.add_argument("--pairs-at-once", type=int, help="with --start parallel: pairs whose servers start together "
+                        "(default: the profile's)")  # fmt: skip
     parser.add_argument("--aa-runs", type=int, default=3, help="A/A runs, the first also the pilot (%(default)s)")
     parser.add_argument("--inject", type=rates.parse_levels, default=rates.DEFAULT_INJECT,
                         help="slowdowns of the step, e.g. 0.02,0.035,0.05")  # fmt: skip
@@ -91,19 +103,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health")
     parser.add_argument("--allow-busy", action="store_true", help="measure even if another process uses the GPU")
     args = parser.parse_args(argv)
-    if args.aa_runs < 1 or args.inject_runs < 0:
-        raise UsageError(f"--aa-runs {args.aa_runs} --inject-runs {args.inject_runs}: at least one A/A run (the "
-                         "pilot that sizes the sleep), and 0 or more runs per injected slowdown")  # fmt: skip
+    if args.aa_runs < 0 or args.inject_runs < 0:
+        raise UsageError(f"--aa-runs {args.aa_runs} --inject-runs {args.inject_runs}: 0 or more runs of each")
+    start, pairs = serving_config.resolve_start(serving_config.PROFILES[args.profile], args.start, args.pairs_at_once,
+                                                "concurrent")  # fmt: skip
     rates.check_out(args.out)
     from ci.trees.build import load_trees
 
     trees = load_trees(args.manifest)
     gpus = tpot.serving_gpus(args.dp, args.allow_busy)
     dp = len(gpus)
-    profile = serving_config.PROFILES[args.profile]
+    overrides = {"pairs_at_once": pairs}
+    profile = replace(serving_config.PROFILES[args.profile], **overrides)
     layers = moe_layers(serving_config.model_dir(args.model))
-    plan = [(0.0, i) for i in range(1, args.aa_runs + 1)]
-    plan += [(f, i) for f in args.inject for i in range(1, args.inject_runs + 1)]
     payload = {
         "kind": KIND,
         "schema_version": VERSION,
@@ -112,7 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "model": args.model,
             "profile": args.profile,
             "dp": dp,
-            "start": args.start,
+            "start": start,
+            "pairs_at_once": profile.pairs_at_once,
             "launches": profile.launches,
             "rounds": profile.rounds,
             "moe_layers": layers,
@@ -122,8 +135,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "targets": {str(k): v for k, v in rates.TARGETS.items()},
         "runs": [],
     }
+    payload = rates.continued(args.out, payload, keep=("pilot_base_tpot_ms",))  # an earlier session's table
+    pilot_ms = payload["settings"].get("pilot_base_tpot_ms")
+    if pilot_ms is None and args.aa_runs < 1:
+        raise UsageError(f"--aa-runs 0: {args.out} has no pilot yet (the first A/A run, whose base TPOT sizes the "
+                         "injected sleep); run at least one A/A")  # fmt: skip
+    plan = [(0.0, rates.next_index(payload, 0.0) + i) for i in range(args.aa_runs)]
+    plan += [(f, rates.next_index(payload, f) + i) for f in args.inject for i in range(args.inject_runs)]
     args.out.mkdir(parents=True, exist_ok=True)
-    pilot_ms = None
     for inject, index in plan:
         name = rates.run_name(inject, index) + (f"-{index}" if inject else "")  # several runs per level
         sleep_us = sleep_us_for(inject, pilot_ms, layers) if inject else 0.0
@@ -131,13 +150,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tpot error_rates: run {name} (sleep {sleep_us} us a fused_marlin_moe call)", flush=True)
         out = args.out / name
         results = tpot.run_tpot(trees, args.model, args.profile, dp, out, "concurrent", args.health_timeout,
-                                save_to=out / "tpot-results.json", aa=True, start=args.start,
-                                inject_sleep_us=sleep_us)  # fmt: skip
+                                save_to=out / "tpot-results.json", aa=True, start=start,
+                                inject_sleep_us=sleep_us, overrides=overrides)  # fmt: skip
         results.save(out / "tpot-results.json")
         if pilot_ms is None:
             pilot_ms = stats.median(results.cases[0].samples["base"])
             payload["settings"]["pilot_base_tpot_ms"] = pilot_ms
-        rates.record_run(args.out, payload, name, inject, results, time.time() - started, markdown, sleep_us=sleep_us)
+        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(started))
+        rates.record_run(args.out, payload, name, inject, results, time.time() - started, markdown, sleep_us=sleep_us,
+                         session={"run_id": procs.run_id(), "started_utc": when})  # fmt: skip
     return 0
 
 

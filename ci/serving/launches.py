@@ -26,6 +26,7 @@ from ci.serving.config import (
     bench_args,
     bench_argv,
     kv_cache_bytes,
+    memory_fraction,
     serve_argv,
     served_name,
     server_env,
@@ -85,9 +86,11 @@ class Runner:
 
     def server(self, build: str, port: int, launch: int) -> Server:
         name = served_name(build)
-        kv = kv_cache_bytes(self.model, self.profile, self.dp) if self.start == "parallel" else None
+        parallel = self.start == "parallel"
+        kv = kv_cache_bytes(self.model, self.profile, self.dp) if parallel else None
         argv = serve_argv(self.tree(build), self.model, port=port, profile=self.profile, dp=self.dp, seed=self.seed,
-                          name=name, kv_bytes=kv)  # fmt: skip
+                          name=name, kv_bytes=kv,
+                          memory_fraction=memory_fraction(self.profile, parallel))  # fmt: skip
         env = server_env(self.tree(build))
         if build == "candidate" and self.inject_sleep_us > 0:  # ci/serving/inject/sitecustomize.py
             env["PYTHONPATH"] = os.pathsep.join([str(INJECT_DIR), env["PYTHONPATH"]])
@@ -120,61 +123,79 @@ class Runner:
         return replace(parse_bench_result(out, build), machine=machine.summary(), server_itl_ms=itl)
 
 
-def _start(runner: Runner, group: Sequence[str], launch: int, servers: dict[str, Server], record: dict) -> None:
-    """Start the servers of ``group`` and warm each up: one after the other (start, healthy, warm-up; the
+Key = tuple[int, str]  # (launch pair, build): one server
+
+
+def launch_groups(profile: Profile) -> list[list[int]]:
+    """The launch pairs that start together: ``pairs_at_once`` consecutive pairs (with ``--start parallel``;
+    one pair at a time otherwise), the last group holding what is left."""
+    k = max(1, profile.pairs_at_once)
+    return [list(range(g, min(g + k, profile.launches))) for g in range(0, profile.launches, k)]
+
+
+def _start(runner: Runner, keys: Sequence[Key], servers: dict[Key, Server], records: dict[int, dict]) -> None:
+    """Start the servers of ``keys`` and warm each up: one after the other (start, healthy, warm-up; the
     seconds to healthy are each server's own), or all at once with ``runner.start`` parallel (the seconds are
-    from the pair's start)."""
+    from the group's start)."""
     parallel = runner.start == "parallel"
     t0 = time.monotonic()
     if parallel:
-        for build in group:
-            servers[build] = runner.server(build, _port(launch, servers), launch).start()
-    for build in group:
+        for key in keys:
+            servers[key] = runner.server(key[1], _port(key, records[key[0]]), key[0]).start()
+    for key in keys:
+        pair, build = key
         if not parallel:
             t0 = time.monotonic()
-            servers[build] = runner.server(build, _port(launch, servers), launch).start()
-        servers[build].wait_healthy(runner.health_timeout_s)
-        record["startup_s"][build] = round(time.monotonic() - t0, 1)
-        print(f"tpot: launch {launch}: {build} server healthy after {record['startup_s'][build]} s on port "
-              f"{servers[build].port}", flush=True)  # fmt: skip
+            servers[key] = runner.server(build, _port(key, records[pair]), pair).start()
+        servers[key].wait_healthy(runner.health_timeout_s)
+        records[pair]["startup_s"][build] = round(time.monotonic() - t0, 1)
+        print(f"tpot: launch {pair}: {build} server healthy after {records[pair]['startup_s'][build]} s on port "
+              f"{servers[key].port}", flush=True)  # fmt: skip
         if not parallel:
-            _warm_up(runner, build, launch, servers, record)
-    for build in group if parallel else ():
-        _warm_up(runner, build, launch, servers, record)
+            _warm_up(runner, key, servers, records[pair])
+    for key in keys if parallel else ():
+        _warm_up(runner, key, servers, records[key[0]])
 
 
-def _warm_up(runner: Runner, build: str, launch: int, servers: dict[str, Server], record: dict) -> None:
+def _warm_up(runner: Runner, key: Key, servers: dict[Key, Server], record: dict) -> None:
     if runner.client is not None:
         runner.client.wait_ready()
+    pair, build = key
     w0 = time.monotonic()
-    runner.bench(build, servers[build], f"warmup-l{launch}-{build}", runner.profile.warmup_prompts)
+    runner.bench(build, servers[key], f"warmup-l{pair}-{build}", runner.profile.warmup_prompts)
     record["warmup_s"][build] = round(time.monotonic() - w0, 1)
 
 
-def _port(launch: int, servers: dict[str, Server]) -> int:
-    """Ports of their own per launch and build: a server of the pair before may still be releasing its port."""
-    return free_port(DEFAULT_PORT + 10 * (2 * launch + len(servers)))
+def _port(key: Key, record: dict) -> int:
+    """Ports of their own per launch pair and build: a server of the pair before may still be releasing its
+    port."""
+    pair, build = key
+    return free_port(DEFAULT_PORT + 10 * (2 * pair + record["order"].index(build)))
 
 
-def _settle(runner: Runner, builds: Sequence[str], servers: dict[str, Server], launch: int, since: float) -> dict:
+def _label(key: Key) -> str:
+    return f"l{key[0]}-{key[1]}"
+
+
+def _settle(runner: Runner, keys: Sequence[Key], servers: dict[Key, Server], since: float) -> dict:
     """Short runs, the servers in turn, until each is stable (``settled``) or the profile's cap has passed
-    since ``since`` (the launch); what was run, for the timeline."""
+    since ``since`` (the launch); what was run, for the timeline (per server, ``l<pair>-<build>``)."""
     p = runner.profile
-    medians: dict[str, list[float]] = {b: [] for b in builds}
+    medians: dict[Key, list[float]] = {k: [] for k in keys}
     t0, i = time.monotonic(), 0
     while p.settle_max_s > 0 and time.monotonic() - since < p.settle_max_s:
-        if all(settled(medians[b], p.settle_window, p.settle_tolerance) for b in builds):
+        if all(settled(medians[k], p.settle_window, p.settle_tolerance) for k in keys):
             break
-        build = builds[i % len(builds)]
-        r = runner.bench(build, servers[build], f"settle-l{launch}-{i:02d}-{build}", p.settle_prompts)
-        medians[build].append(r.median_tpot_ms)
+        key = keys[i % len(keys)]
+        r = runner.bench(key[1], servers[key], f"settle-l{key[0]}-{i:02d}-{key[1]}", p.settle_prompts)
+        medians[key].append(r.median_tpot_ms)
         i += 1
     return {
-        "builds": list(builds),
+        "servers": [_label(k) for k in keys],
         "runs": i,
         "seconds": round(time.monotonic() - t0, 1),
-        "settled": all(settled(medians[b], p.settle_window, p.settle_tolerance) for b in builds),
-        "median_tpot_ms": medians,
+        "settled": all(settled(medians[k], p.settle_window, p.settle_tolerance) for k in keys),
+        "median_tpot_ms": {_label(k): v for k, v in medians.items()},
     }
 
 
@@ -184,41 +205,50 @@ def run_launches(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundRe
 
     Concurrent mode keeps the pair's two servers up side by side and interleaves their rounds;
     sequential mode runs one server at a time (start, warm up, settle, its rounds, stop), each
-    with the GPU to itself. ``on_round(rounds, timeline)`` runs after every round (the CLI saves
-    partial results there, so an interrupted run keeps what it measured). The timeline records,
-    per launch pair, the start order, each server's start-up, warm-up and settling, and when its
-    rounds began and ended."""
+    with the GPU to itself. With ``--start parallel`` the profile's ``pairs_at_once`` pairs start
+    together (``launch_groups``): all their servers at once, then settling over all of them, then
+    each pair's rounds in turn while the others idle. ``on_round(rounds, timeline)`` runs after
+    every round (the CLI saves partial results there, so an interrupted run keeps what it
+    measured). The timeline records, per launch pair, the start order, each server's start-up,
+    warm-up and settling, and when its rounds began and ended."""
     started, rounds = time.monotonic(), []
     timeline: dict = {"launches": []}
-    servers: dict[str, Server] = {}
+    servers: dict[Key, Server] = {}
     p = runner.profile
     if runner.client is not None:
         runner.client.start()  # imports vLLM while the first server starts
     try:
-        for launch in range(p.launches):
-            order = launch_order(launch)
-            record: dict = {"launch": launch, "order": list(order), "startup_s": {}, "warmup_s": {},
-                            "began_after_s": round(time.monotonic() - started, 1)}  # fmt: skip
-            timeline["launches"].append(record)
+        for group in launch_groups(p) if runner.start == "parallel" else [[n] for n in range(p.launches)]:
+            records = {}
+            for pair in group:
+                records[pair] = {"launch": pair, "order": list(launch_order(pair)), "started_with": group,
+                                 "startup_s": {}, "warmup_s": {},
+                                 "began_after_s": round(time.monotonic() - started, 1)}  # fmt: skip
+                timeline["launches"].append(records[pair])
             since = time.monotonic()
-            groups = [order] if mode == "concurrent" else [(b,) for b in order]
-            for group in groups:
-                _start(runner, group, launch, servers, record)
+            keys = [(pair, b) for pair in group for b in launch_order(pair)]
+            starts = [keys] if mode == "concurrent" else [[k] for k in keys]
+            for up in starts:
+                _start(runner, up, servers, records)
                 if runner.client is not None and "bench_client_import_s" not in timeline:
                     timeline["bench_client_import_s"] = runner.client.wait_ready()
-                record.setdefault("settle", []).append(_settle(runner, group, servers, launch, since))
-                record.setdefault("first_round_after_s", round(time.monotonic() - started, 1))
-                for build in round_order(p.rounds, group) if len(group) > 1 else [group[0]] * p.rounds:
-                    tag = f"r{len(rounds):03d}-l{launch}-{build}"
-                    result = replace(runner.bench(build, servers[build], tag, p.prompts), launch=launch)
-                    rounds.append(result)
-                    if on_round is not None:
-                        on_round(rounds, timeline)
-                    _progress(rounds, p, started)
-                for build in group:
-                    servers.pop(build).stop()
+                settle = _settle(runner, up, servers, since)
+                for pair in dict.fromkeys(k[0] for k in up):
+                    records[pair].setdefault("settle", []).append(settle)
+                    records[pair].setdefault("first_round_after_s", round(time.monotonic() - started, 1))
+                    builds = [b for n, b in up if n == pair]
+                    for build in round_order(p.rounds, builds) if len(builds) > 1 else builds * p.rounds:
+                        tag = f"r{len(rounds):03d}-l{pair}-{build}"
+                        result = replace(runner.bench(build, servers[(pair, build)], tag, p.prompts), launch=pair)
+                        rounds.append(result)
+                        if on_round is not None:
+                            on_round(rounds, timeline)
+                        _progress(rounds, p, started)
+                for key in up:
+                    servers.pop(key).stop()
                 since = time.monotonic()
-            record["ended_after_s"] = round(time.monotonic() - started, 1)
+            for pair in group:
+                records[pair]["ended_after_s"] = round(time.monotonic() - started, 1)
         timeline["total_s"] = round(time.monotonic() - started, 1)
     finally:
         with _signals_held():  # a second Ctrl-C or SIGTERM must not cut the clean-up short

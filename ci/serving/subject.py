@@ -48,7 +48,11 @@ def _launch_lines(case) -> list[str]:
         def ms(x):
             return "-" if x is None else f"{x:.3f}"
 
-        lines.append(f"| {n} | {(rec.get('order') or ['-'])[0]} | {start.get('base', '-')} / "
+        group = rec.get("started_with") or [n]
+        first = (rec.get("order") or ["-"])[0]
+        if len(group) > 1:
+            first += f" (pairs {', '.join(map(str, group))} at once)"
+        lines.append(f"| {n} | {first} | {start.get('base', '-')} / "
                      f"{start.get('candidate', '-')} | {settle or '-'} | {ms(tpot['base'])} | "
                      f"{ms(tpot['candidate'])} | {ratio(tpot)} | {ratio(itl)} |")  # fmt: skip
     return lines
@@ -127,5 +131,6 @@ def min_captures(results) -> int:
 
 SUBJECT = register(Subject(kind=KIND, expected_cases=expected_cases, min_samples=min_samples, min_captures=min_captures,
                            case_problems=case_problems, baseline_prefix="tpot-", details=details,
+                           captures_match_across_runs=False,  # launch pair b of two runs: independent launches
                            results_file=outputs.TPOT_RESULTS,
                            writer=outputs.WRITERS[outputs.TPOT_RESULTS]))  # fmt: skip

@@ -44,9 +44,11 @@ from ci.serving.config import (
     case_id,
     decode_block_sizes,
     kv_cache_bytes,
+    memory_fraction,
     model_dir,
     models,
     moe_backend_flag,
+    resolve_start,
     served_name,
     suite_name,
 )
@@ -86,6 +88,7 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
             "kv_cache_bytes": kv_cache_bytes(model_dir(model), profile, dp)
             if start == "parallel"
             else "from free memory",
+            "gpu_memory_utilization": memory_fraction(profile, start == "parallel"),
             "decode_block_size_m": [r for r in decode_block_sizes(model_dir(model), profile, dp) if r["profile"]],
         },
         extra={
@@ -124,6 +127,8 @@ def run_tpot(trees: Trees, model: str, profile_name: str, dp: int, out_dir: Path
     """One TPOT A/B (or A/A); ``overrides`` replaces fields of the profile (``--launches``, ...), and the
     results record the profile as run; ``start``: how a pair's servers start (``STARTS``)."""
     profile = replace(PROFILES[profile_name], **(overrides or {}))
+    if start != "parallel":  # one pair at a time, whatever the profile says (and recorded so)
+        profile = replace(profile, pairs_at_once=1)
     bench_client = BenchClient(trees.base, out_dir / "bench-client.log") if client == "inprocess" else None
     if inject_sleep_us and not aa:
         raise UsageError("--inject-sleep-us slows the candidate of an A/A run (the error rates): pass --aa too")
@@ -175,8 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", choices=sorted(PROFILES), default="pr")
     parser.add_argument("--dp", type=int, help="data-parallel size = EP size (default: every visible GPU)")
     parser.add_argument("--server-mode", choices=("concurrent", "sequential"), default="concurrent")
-    parser.add_argument("--start", choices=sorted(STARTS), default="serial",
-                        help="; ".join(f"{k}: {v}" for k, v in STARTS.items()))  # fmt: skip
+    starts = "; ".join(f"{k}: {v}" for k, v in STARTS.items())
+    parser.add_argument("--start", choices=sorted(STARTS), help=f"{starts} (default: parallel where the profile starts "
+                        "several pairs at once, else serial)")  # fmt: skip
     parser.add_argument(
         "--bench-client",
         choices=sorted(CLIENTS),
@@ -190,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "server, captured into its CUDA graphs (the error rates)")  # fmt: skip
     for flag, (field, kind, _) in PROFILE_OVERRIDES.items():
         parser.add_argument(flag, dest=field, type=kind, help=f"the profile's {field}, overridden (recorded)")
+    parser.add_argument("--pairs-at-once", type=int, help="with --start parallel: launch pairs whose servers start "
+                        "together (default: the profile's; recorded)")  # fmt: skip
     parser.add_argument("--out", type=Path, help=f"folder for {outputs.TPOT_RESULTS} and the run's logs")
     parser.add_argument("--allow-busy", action="store_true", help="measure even if another process uses the GPU")
     parser.add_argument("--block-sizes", action="store_true", help="print the block_size_m each build picks in "
@@ -204,8 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.inject_sleep_us < 0 or (args.inject_sleep_us and not args.aa):
         raise UsageError(f"--inject-sleep-us {args.inject_sleep_us}: a positive sleep, with --aa (the candidate of an "
                          "A/A run is slowed; the error rates)")  # fmt: skip
-    if args.start == "parallel" and args.server_mode == "sequential":
-        raise UsageError("--start parallel starts a pair's two servers at once: it needs --server-mode concurrent")
+    args.start, overrides["pairs_at_once"] = resolve_start(PROFILES[args.profile], args.start, args.pairs_at_once,
+                                                           args.server_mode)  # fmt: skip
     if args.block_sizes:
         dp = args.dp or 1
         print(f"{args.model}, profile {args.profile}, DP = EP = {dp}: block_size_m per decode step (ci.kernel.spec)")

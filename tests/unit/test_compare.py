@@ -147,8 +147,26 @@ def test_h200_tpot_ab_of_six_launch_pairs_passes_with_its_interval_over_the_pair
     text = (tmp_path / "ab" / "report.md").read_text()
     assert "| 0 | base | 63.1 / 63.0 | 0 (0 s, no) | 7.186 | 7.195 | 1.0012 | 1.0027 |" in text
     assert "| 24 | 5 | candidate | 7.191 | 7.206 |" in text and text.count("| candidate | 7.") == 12
+
+
+def test_h200_tpot_runs_of_three_pairs_at_once_and_the_baseline_recorded_from_them(tmp_path):
+    """The committed H200 runs with three launch pairs started at once (pr's default): the A/B (DP = 1: PASS) is
+    the x1 baseline; an A/A's base and candidate pass against it and a candidate slowed by an injected +3.5%
+    fails, each with the two runs' launch pairs compared unpaired (independent launches, not matched by index)."""
+    runs = REPORTS / "tpot-pairs-at-once"
+    ab = load_results(runs / "pr-ab.json")
+    (case,) = compare.compare_ab(ab, 0.03, 0.95).cases
+    assert case.verdict == V.PASS and (round(case.effect.ci_low, 3), round(case.effect.ci_high, 3)) == (1.0, 1.006)
+    assert ab.cases[0].info["profile"]["pairs_at_once"] == 3 and ab.cases[0].info["start"] == "parallel"
     stored = Path(__file__).parents[2] / "baselines" / "nvidia-h200-x1" / "tpot-qwen3-30b-a3b-like-dp1-pr.json"
-    assert stored.read_bytes() == ab.read_bytes()
+    assert stored.read_bytes() == (runs / "pr-ab.json").read_bytes()
+    baseline = load_results(stored)
+    expected = {("pr-aa", "base"): (V.PASS, 0.999, 1.006), ("pr-aa", "candidate"): (V.PASS, 0.995, 1.002),
+                ("pr-inject-3.5pct", "candidate"): (V.FAIL, 1.034, 1.044)}  # fmt: skip
+    for (name, side), (verdict, low, high) in expected.items():
+        (case,) = compare.compare_baseline(load_results(runs / f"{name}.json"), baseline, side, 0.03, 0.95, "B").cases
+        assert case.effect.method == stats.METHOD_BLOCKED_UNPAIRED, (name, side)
+        assert (case.verdict, round(case.effect.ci_low, 3), round(case.effect.ci_high, 3)) == (verdict, low, high)
 
 
 def test_h200_tpot_runs_of_one_launch_pair_are_incomplete_and_still_reported(tmp_path):

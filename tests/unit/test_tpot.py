@@ -239,9 +239,9 @@ def test_each_launch_settles_until_every_server_is_stable(standin_trees, tmp_pat
     monkeypatch.setenv("STANDIN_TPOT_SEQUENCE", "14,13,12,11")  # the warm-up takes the first
     results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", "concurrent", 30)
     (settle,) = results.cases[0].extra["timeline"]["launches"][0]["settle"]
-    assert settle["settled"] is True and settle["builds"] == ["base", "candidate"]
-    assert settle["median_tpot_ms"] == {"base": [13.0, 12.0, 11.0, 10.0, 10.0, 10.0],
-                                        "candidate": [13.0, 12.0, 11.0, 10.0, 10.0, 10.0]}  # fmt: skip
+    assert settle["settled"] is True and settle["servers"] == ["l0-base", "l0-candidate"]
+    assert settle["median_tpot_ms"] == {"l0-base": [13.0, 12.0, 11.0, 10.0, 10.0, 10.0],
+                                        "l0-candidate": [13.0, 12.0, 11.0, 10.0, 10.0, 10.0]}  # fmt: skip
     assert settle["runs"] == 12 and results.cases[0].samples == {"base": [10.0], "candidate": [10.0]}
     assert len(list((tmp_path / "out").glob("bench-settle-l0-*.json"))) == 12
 
@@ -315,6 +315,47 @@ def test_parallel_start_launches_both_servers_of_a_pair_at_once(standin_trees, t
 
     with pytest.raises(UsageError, match="--start parallel starts a pair's two servers at once"):
         tpot.main(["--start", "parallel", "--server-mode", "sequential", "--block-sizes"])
+    with pytest.raises(UsageError, match="--start parallel starts a pair's two servers at once"):
+        tpot.main(["--server-mode", "sequential", "--block-sizes"])  # pr's default start is parallel
+    with pytest.raises(UsageError, match="--pairs-at-once 2 starts several launch pairs' servers at once: it needs"):
+        tpot.main(["--pairs-at-once", "2", "--start", "serial", "--block-sizes"])
+    with pytest.raises(UsageError, match="--pairs-at-once 0 starts several"):
+        tpot.main(["--pairs-at-once", "0", "--block-sizes"])
+    pr, tiny = sc.PROFILES["pr"], sc.PROFILES["t"]  # pr starts three pairs at once: in parallel by default
+    assert sc.resolve_start(pr, None, None, "concurrent") == ("parallel", 3)
+    assert sc.resolve_start(pr, "serial", None, "concurrent") == ("serial", 1)
+    assert sc.resolve_start(pr, None, 1, "concurrent") == ("parallel", 1)
+    assert sc.resolve_start(tiny, None, None, "sequential") == ("serial", 1)
+    with pytest.raises(UsageError, match="it needs --server-mode concurrent"):
+        sc.resolve_start(pr, None, None, "sequential")
+    monkeypatch.delenv("STANDIN_HEALTHY_AFTER_FILE")
+    serial = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "s1", "concurrent", 20,
+                           overrides={"pairs_at_once": 2})  # fmt: skip
+    assert serial.cases[0].info["profile"]["pairs_at_once"] == 1  # serial: one pair at a time, and recorded so
+
+
+def test_pairs_started_together_share_a_start_and_keep_their_own_rounds(standin_trees, tmp_path, monkeypatch):
+    """Three pairs, two at a time: pair 0's servers get healthy only once pair 1's candidate server has
+    started, so the group's four servers start at once; then each pair's rounds in turn (a b b a), the pairs
+    still the captures, and each server asks for its share of the GPU's memory."""
+    _tiny_profile(monkeypatch, launches=3, rounds=1, pairs_at_once=2)
+    out = tmp_path / "out"
+    monkeypatch.setenv("STANDIN_HEALTHY_AFTER_FILE", str(out / "server-l1-candidate.log"))
+    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, out, "concurrent", 20, start="parallel")
+    (case,) = results.cases
+    assert [(r["launch"], r["build"]) for r in case.extra["rounds"]] == [
+        (0, "base"), (0, "candidate"), (1, "candidate"), (1, "base"), (2, "base"), (2, "candidate")]  # fmt: skip
+    assert case.extra["blocks"] == {"base": [0, 1, 2], "candidate": [0, 1, 2]}
+    records = case.extra["timeline"]["launches"]
+    assert [rec["started_with"] for rec in records] == [[0, 1], [0, 1], [2]]
+    assert records[0]["settle"] == records[1]["settle"]  # one settling over the group's four servers
+    assert records[0]["settle"][0]["servers"] == ["l0-base", "l0-candidate", "l1-candidate", "l1-base"]
+    assert case.info["gpu_memory_utilization"] == 0.1  # the profile's, under 90% / 4 servers
+    assert sc.memory_fraction(replace(sc.PROFILES["pr"], pairs_at_once=3), True) == 0.15
+    assert sc.memory_fraction(replace(sc.PROFILES["pr"], pairs_at_once=3), False) == 0.4
+    assert sc.memory_fraction(replace(sc.PROFILES["pr"], pairs_at_once=1), True) == 0.4
+    log = (out / "server-l1-base.log").read_text()
+    assert "--kv-cache-memory-bytes" in log and "--gpu-memory-utilization', '0.1'" in log
 
 
 FAKE_TORCH = """
@@ -332,8 +373,9 @@ class _Cuda:
             pass
         def synchronize(self):
             pass
-        def elapsed_time(self, other):
-            return 0.5  # ms for the 1,000,000 calibration cycles: 2,000 cycles a microsecond
+        timings = [0.8, 0.5, 0.6, 0.5, 0.9]  # ms for the 1,000,000 calibration cycles, another process
+        def elapsed_time(self, other):  # lengthening some: the shortest is 2,000 cycles a microsecond
+            return self.timings.pop(0)
 cuda = _Cuda()
 """
 MARLIN = "def fused_marlin_moe(x):\n    return 2 * x\n\ndef apply(x):\n    return fused_marlin_moe(x)\n"
@@ -363,7 +405,7 @@ def test_the_injected_sleep_is_timed_then_runs_before_every_fused_marlin_moe_cal
            "GATE_INJECT_SLEEP_US": "5"}  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert done.stdout.split(" ", 2)[:2] == ["6", "8"], done.stderr
-    assert done.stdout.strip().endswith("[1000, 1000000, 10000, 10000] ran")  # warm, time, then 5 us a call
+    assert done.stdout.strip().endswith(f"[1000, {'1000000, ' * 5}10000, 10000] ran")  # warm, time, 5 us a call
     assert "gate injection: 5.0 us = 10000 GPU sleep cycles a fused_marlin_moe call" in done.stderr
     captured = subprocess.run([sys.executable, "-c", code], env={**env, "FAKE_CAPTURING": "1"}, capture_output=True,
                               text=True, cwd=tmp_path)  # fmt: skip
@@ -422,6 +464,18 @@ def test_tpot_error_rates_size_the_sleep_from_the_pilot_and_judge_every_run(stan
     assert payload["pooled"]["0.05"]["share"]["FAIL"] == 1.0 and payload["settings"]["pilot_base_tpot_ms"] == 10.0
     assert "| +5.0% injected | 1 | 0.0% | 0.0% | 100.0% | FAIL in 100% |" in (out / "error-rates.md").read_text()
     assert (out / "inject-5pct-1" / "tpot-results.json").is_file()
+    # another session adds to the table: numbered on, the earlier pilot sizes the sleep, both sessions' rows kept
+    assert error_rates.main([*argv[:6], "--aa-runs", "0", "--inject", "0.05"]) == 0
+    payload = json.loads((out / "error-rates.json").read_text())
+    assert [r["run"] for r in payload["runs"]] == ["aa-1", "inject-5pct-1", "inject-5pct-2"]
+    assert payload["runs"][2]["sleep_us"] == 10.417 and payload["pooled"]["0.05"]["runs"] == 2
+    assert payload["runs"][2]["session"]["run_id"] and "| inject-5pct-2 | 20" in (out / "error-rates.md").read_text()
+    from ci.core.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"measured something else \(start: 'serial' there, 'parallel' now\)"):
+        error_rates.main([*argv[:6], "--aa-runs", "0", "--start", "parallel"])
+    with pytest.raises(UsageError, match=r"--aa-runs 0: .* has no pilot yet"):
+        error_rates.main(["--manifest", "m.json", "--out", str(tmp_path / "new"), "--profile", "t", "--aa-runs", "0"])
 
 
 def test_the_sleep_per_call_and_the_moe_layers():

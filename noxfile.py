@@ -275,7 +275,8 @@ def tests_release(session: nox.Session, release: str) -> None:
     if any(a == "--vllm" or a.startswith("--vllm=") for a in session.posargs):
         session.error(f"this session tests vLLM {release} (its environment is made for it): leave out --vllm")
     args = parse_session_args(["--vllm", release, *session.posargs])
-    from ci.trees.build import GATE_DIR, fetch_release
+    from ci.trees.build import GATE_DIR
+    from ci.trees.release import fetch_release
     from ci.trees.release_deps import metadata_of, write_requirements
 
     unpacked = fetch_release(release, GATE_DIR / "cache")

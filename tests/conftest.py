@@ -58,7 +58,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "network: downloads from the package index (skipped unless --run-network)")
     manifest = config.getoption("--gate-manifest")
     if manifest:
-        from ci.trees.build import load_trees
+        from ci.trees.manifest import load_trees
         from ci.trees.variants import put_base_first
 
         trees = load_trees(Path(manifest))

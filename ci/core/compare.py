@@ -95,18 +95,18 @@ def noise_notes(*samples: Sequence[float]) -> list[str]:
     return notes
 
 
-def block_medians(case: CaseResult, side: str) -> list[float] | None:
-    """The median of each block of ``side`` (``extra.blocks``: the block of every sample), or None for
-    results timed in one capture (a single block, or none recorded)."""
+def capture_medians(case: CaseResult, side: str) -> list[float] | None:
+    """The median of each capture of ``side`` (``extra.captures``: the capture of every sample), or None for
+    results timed in one capture (a single capture, or none recorded)."""
     ids = subjects.capture_ids(case, side)
-    return stats.block_medians(case.samples[side], ids) if ids is not None and len(set(ids)) > 1 else None
+    return stats.capture_medians(case.samples[side], ids) if ids is not None and len(set(ids)) > 1 else None
 
 
 def capture_jitter(case: CaseResult, side: str) -> list[float]:
-    """What the noise note looks at: the samples, or for blocked results their spread within a block (the
-    blocks differ by design: fresh inputs, addresses and captures)."""
+    """What the noise note looks at: the samples, or for per-capture results their spread within a capture (the
+    captures differ by design: fresh inputs, addresses and captures)."""
     samples, ids = case.samples[side], subjects.capture_ids(case, side)
-    return stats.within_blocks(samples, ids) if ids is not None and len(set(ids)) > 1 else samples
+    return stats.within_captures(samples, ids) if ids is not None and len(set(ids)) > 1 else samples
 
 
 def _judge(case: CaseResult, ref: list[float], got: list[float], effect: stats.Effect, threshold: float,
@@ -129,11 +129,11 @@ def compare_ab(results: BenchResults, threshold: float, confidence: float) -> Ga
         if not {"base", "candidate"} <= set(case.samples):
             continue  # a problem of the evidence (ci.core.evidence), reported as INCOMPLETE
         base, cand = case.samples["base"], case.samples["candidate"]
-        mb, mc = block_medians(case, "base"), block_medians(case, "candidate")
+        mb, mc = capture_medians(case, "base"), capture_medians(case, "candidate")
         if (mb is None) != (mc is None) or (mb is not None and len(mb) != len(mc)):
-            raise DataError(f"case {case.id}: the builds were timed in different blocks; re-run the stage")
+            raise DataError(f"case {case.id}: the builds were timed in different captures; re-run the stage")
         if mb is not None:  # one number per pair of captures
-            effect = stats.blocked_effect(mb, mc, confidence, n_base=len(base), n_cand=len(cand))
+            effect = stats.capture_effect(mb, mc, confidence, n_base=len(base), n_cand=len(cand))
             jitter = (capture_jitter(case, "base"), capture_jitter(case, "candidate"))
             verdicts.append(_annotate(_judge(case, base, cand, effect, threshold, jitter), case, kind=results.kind))
             continue
@@ -169,30 +169,30 @@ def compare_baseline(
             )
             continue
         ref, got = stored.samples[side], case.samples[side]
-        ref_blocks, got_blocks = block_medians(stored, side), block_medians(case, side)
-        if ref_blocks is not None and got_blocks is not None:  # captures against captures
+        ref_captures, got_captures = capture_medians(stored, side), capture_medians(case, side)
+        if ref_captures is not None and got_captures is not None:  # captures against captures
             matched = subjects.subject_of(results.kind).captures_match_across_runs
-            if matched and _same_blocks(stored, case, side):  # block b drew the same inputs in both runs: pair them
-                paired = stats.blocked_effect(ref_blocks, got_blocks, confidence, n_base=len(ref), n_cand=len(got))
-                effect = replace(paired, method=stats.METHOD_BLOCKED_BASELINE)
+            if matched and _same_captures(stored, case, side):  # capture b drew the same inputs in both runs: pair them
+                paired = stats.capture_effect(ref_captures, got_captures, confidence, n_base=len(ref), n_cand=len(got))
+                effect = replace(paired, method=stats.METHOD_CAPTURES_BASELINE)
             else:
-                unpaired = stats.unpaired_effect(ref_blocks, got_blocks, confidence)
-                effect = replace(unpaired, method=stats.METHOD_BLOCKED_UNPAIRED, n_base=len(ref), n_candidate=len(got))
+                unpaired = stats.unpaired_effect(ref_captures, got_captures, confidence)
+                effect = replace(unpaired, method=stats.METHOD_CAPTURES_UNPAIRED, n_base=len(ref), n_candidate=len(got))
             verdict = _judge(
                 case, ref, got, effect, threshold, (capture_jitter(stored, side), capture_jitter(case, side))
             )
         else:
             verdict = _judge(case, ref, got, stats.unpaired_effect(ref, got, confidence), threshold)
-            if (ref_blocks is None) != (got_blocks is None):
+            if (ref_captures is None) != (got_captures is None):
                 verdict.notes.append("one side was timed in one capture: the interval leaves the capture error out")
         verdicts.append(_annotate(verdict, case, stored, side, kind=results.kind))
     problems = evidence.baseline_problems(results, baseline, side)
     return _report("baseline", f"{side} build in {where}", results, verdicts, threshold, confidence, problems)
 
 
-def _same_blocks(stored: CaseResult, case: CaseResult, side: str) -> bool:
-    """Both runs timed ``side`` in the same blocks (ids 0..n-1 alike): a stage that seeds block b's inputs,
-    order and pad by case id and b (the kernel bench does) gives block b of two runs the same work."""
+def _same_captures(stored: CaseResult, case: CaseResult, side: str) -> bool:
+    """Both runs timed ``side`` in the same captures (ids 0..n-1 alike): a stage that seeds capture b's inputs,
+    order and pad by case id and b (the kernel bench does) gives capture b of two runs the same work."""
     ids = [set(subjects.capture_ids(c, side) or ()) for c in (stored, case)]
     return ids[0] == ids[1]
 

@@ -81,7 +81,7 @@ def markdown(gate) -> str:
             f"(a change much smaller than that cannot be told from noise"
             + (
                 "; the interval is over independent captures, so it holds their systematic error)."
-                if "blocks" in method
+                if "captures" in method
                 else ")."
             )
         )

@@ -16,7 +16,11 @@ from typing import Any
 from ci.core.errors import DataError
 from ci.core.jsonio import read_json, require, write_json
 
-RESULTS_VERSION = 1
+RESULTS_VERSION = 2
+# what this gate reads: version 1 called a sample's capture its "block" (``extra.blocks``, settings ``blocks``
+# and ``rounds_per_block``), version 2 ``captures``; a version-1 file is read as version 2 (``_upgrade``)
+READ_VERSIONS = (1, 2)
+V1_RENAMES = {"blocks": "captures", "rounds_per_block": "rounds_per_capture"}
 # Bounds on what a results file may hold, far above what a stage writes (the kernel bench: 118 cases of 90
 # samples a build), so a file made to exhaust the gate is refused at once with the reason.
 MAX_CASES = 10_000
@@ -93,8 +97,9 @@ def _check_provenance(where: str, provenance: dict[str, Any]) -> None:
 
 def load_results(path: Path | str, *, kind: str | None = None) -> BenchResults:
     """Read and validate a results (or baseline) file; a :class:`DataError` names what is wrong."""
-    payload = read_json(path, kind=kind, versions=(RESULTS_VERSION,)) if kind else _read_any(path)
+    payload = read_json(path, kind=kind, versions=READ_VERSIONS) if kind else _read_any(path)
     where = str(path)
+    _upgrade(payload)
     cases = []
     raw_cases = require(payload, "cases", list, where)
     if len(raw_cases) > MAX_CASES:
@@ -161,11 +166,25 @@ def _object(raw: dict[str, Any], key: str, where: str, case_id: str) -> dict[str
     return value
 
 
+def _upgrade(payload: dict[str, Any]) -> None:
+    """A version-1 payload in place as version 2: its ``blocks`` keys (of each case's extra, and of the
+    settings) under their version-2 names. Nothing else differs between the two versions."""
+    if payload.get("schema_version") != 1:
+        return
+    places = [payload.get("settings")] + [c.get("extra") for c in payload.get("cases") or [] if isinstance(c, dict)]
+    for place in places:
+        if isinstance(place, dict):
+            for old, new in V1_RENAMES.items():
+                if old in place and new not in place:
+                    place[new] = place.pop(old)
+    payload["schema_version"] = RESULTS_VERSION
+
+
 def _read_any(path: Path | str) -> dict[str, Any]:
     """A results file of any kind a subject registered: the kind is read from the file, then checked."""
     from ci.core import subjects
 
-    probe = read_json(path, kind=None, versions=(RESULTS_VERSION,))
+    probe = read_json(path, kind=None, versions=READ_VERSIONS)
     if probe.get("kind") not in subjects.kinds():
         raise DataError(f"{path}: not a results file (kind {probe.get('kind')!r}, should be one of {subjects.kinds()})")
     return probe

@@ -37,10 +37,10 @@ DEFAULT_THRESHOLD = 0.03
 DEFAULT_CONFIDENCE = 0.95
 METHOD_PAIRED = "hodges-lehmann paired log-ratio, wilcoxon signed-rank CI"
 METHOD_UNPAIRED = "hodges-lehmann log shift, mann-whitney CI"
-METHOD_BLOCKED = "hodges-lehmann over blocks (log ratio of block medians), wilcoxon signed-rank CI over blocks"
-METHOD_BLOCKED_UNPAIRED = "hodges-lehmann log shift of block medians, mann-whitney CI over blocks"
-METHOD_BLOCKED_BASELINE = ("hodges-lehmann over blocks paired by index with the baseline's (the same inputs), "
-                           "wilcoxon signed-rank CI over blocks")  # fmt: skip
+METHOD_CAPTURES = "hodges-lehmann over captures (log ratio of capture medians), wilcoxon signed-rank CI over captures"
+METHOD_CAPTURES_UNPAIRED = "hodges-lehmann log shift of capture medians, mann-whitney CI over captures"
+METHOD_CAPTURES_BASELINE = ("hodges-lehmann over captures paired by index with the baseline's (the same inputs), "
+                           "wilcoxon signed-rank CI over captures")  # fmt: skip
 # The noise model of the simulation, measured on an H200 (the kernel bench's CUDA graphs of 20 calls):
 # per-sample CV 0.2-0.7% and rare +7% outliers.
 SIM_CV_RANGE = (0.002, 0.007)
@@ -239,36 +239,37 @@ def paired_effect(base: Sequence[float], cand: Sequence[float], confidence: floa
     return _signed_rank(d, confidence, METHOD_PAIRED, len(d), len(d))
 
 
-def within_blocks(samples: Sequence[float], blocks: Sequence[int]) -> list[float]:
-    """Each sample over its block's median: the jitter within a capture, without the differences between
-    blocks (fresh inputs and addresses each, by design)."""
-    meds = dict(zip(sorted(set(blocks)), block_medians(samples, blocks), strict=True))
-    return [x / meds[b] for x, b in zip(samples, blocks, strict=True)]
+def within_captures(samples: Sequence[float], captures: Sequence[int]) -> list[float]:
+    """Each sample over its capture's median: the jitter within a capture, without the differences between
+    captures (fresh inputs and addresses each, by design)."""
+    meds = dict(zip(sorted(set(captures)), capture_medians(samples, captures), strict=True))
+    return [x / meds[b] for x, b in zip(samples, captures, strict=True)]
 
 
-def block_medians(samples: Sequence[float], blocks: Sequence[int]) -> list[float]:
-    """The median of each block's samples, in block order (``blocks[i]`` is the block of ``samples[i]``)."""
-    if len(samples) != len(blocks) or not samples:
-        raise ValueError(f"each sample needs its block (got {len(samples)} samples, {len(blocks)} block ids)")
+def capture_medians(samples: Sequence[float], captures: Sequence[int]) -> list[float]:
+    """The median of each capture's samples, in capture order (``captures[i]`` is the capture of ``samples[i]``)."""
+    if len(samples) != len(captures) or not samples:
+        raise ValueError(f"each sample needs its capture (got {len(samples)} samples, {len(captures)} capture ids)")
     grouped: dict[int, list[float]] = {}
-    for x, b in zip(samples, blocks, strict=True):
+    for x, b in zip(samples, captures, strict=True):
         grouped.setdefault(b, []).append(x)
     return [median(grouped[b]) for b in sorted(grouped)]
 
 
-def blocked_effect(base_blocks: Sequence[float], cand_blocks: Sequence[float], confidence: float = DEFAULT_CONFIDENCE,
-                   *, n_base: int | None = None, n_cand: int | None = None) -> Effect:  # fmt: skip
-    """The effect over blocks: block ``b`` of each build is one fresh capture (fresh inputs, fresh
+def capture_effect(base_captures: Sequence[float], cand_captures: Sequence[float],
+                   confidence: float = DEFAULT_CONFIDENCE, *, n_base: int | None = None,
+                   n_cand: int | None = None) -> Effect:  # fmt: skip
+    """The effect over captures: capture ``b`` of each build is one fresh capture (fresh inputs, fresh
     addresses, its own order of builds) timed for a few rounds, and contributes one number, the log
-    ratio of the two block medians. The Hodges-Lehmann estimate and the Wilcoxon signed-rank interval
-    are taken over those block numbers, so a capture's systematic error (the same kernels timed 1-3%
+    ratio of the two capture medians. The Hodges-Lehmann estimate and the Wilcoxon signed-rank interval
+    are taken over those capture numbers, so a capture's systematic error (the same kernels timed 1-3%
     apart in two captures) is part of the spread the interval describes, not hidden under it."""
-    if len(base_blocks) != len(cand_blocks) or not base_blocks:
-        raise ValueError(f"blocks must pair up (got {len(base_blocks)} and {len(cand_blocks)})")
-    if min(*base_blocks, *cand_blocks) <= 0:
+    if len(base_captures) != len(cand_captures) or not base_captures:
+        raise ValueError(f"captures must pair up (got {len(base_captures)} and {len(cand_captures)})")
+    if min(*base_captures, *cand_captures) <= 0:
         raise ValueError("timings must be positive")
-    d = [math.log(c) - math.log(b) for b, c in zip(base_blocks, cand_blocks, strict=True)]
-    return _signed_rank(d, confidence, METHOD_BLOCKED, n_base or len(d), n_cand or len(d))
+    d = [math.log(c) - math.log(b) for b, c in zip(base_captures, cand_captures, strict=True)]
+    return _signed_rank(d, confidence, METHOD_CAPTURES, n_base or len(d), n_cand or len(d))
 
 
 def unpaired_effect(base: Sequence[float], cand: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> Effect:
@@ -345,28 +346,28 @@ def simulate(
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = 0,
     capture_sd: float = 0.0,
-    blocks: int = 0,
+    captures: int = 0,
 ) -> dict[Verdict, float]:
     """Share of each verdict over ``trials`` simulated comparisons with our noise model.
 
-    ``capture_sd`` adds the per-capture systematic error (with its rare large shift); ``blocks`` > 0
-    times each build in that many captures (``repeats // blocks`` rounds each) and judges with the
-    blocked method (paired) or the Mann-Whitney interval over block medians (unpaired); 0 is one
+    ``capture_sd`` adds the per-capture systematic error (with its rare large shift); ``captures`` > 0
+    times each build in that many captures (``repeats // captures`` rounds each) and judges with the
+    per-capture method (paired) or the Mann-Whitney interval over capture medians (unpaired); 0 is one
     capture per build and the per-sample method, as before."""
     rng = random.Random(seed)
     counts = dict.fromkeys(Verdict, 0)
-    n_blocks = blocks or 1
-    rounds = repeats // n_blocks
+    n_captures = captures or 1
+    rounds = repeats // n_captures
     for _ in range(trials):
         cv = rng.uniform(*SIM_CV_RANGE)
         base_b, cand_b = [], []
-        for _ in range(n_blocks):
+        for _ in range(n_captures):
             cb, cc = _capture(rng, capture_sd), _capture(rng, capture_sd)
             base_b.append([_noisy(cb, cv, rng) for _ in range(rounds)])
             cand_b.append([_noisy(true_ratio * cc, cv, rng) for _ in range(rounds)])
-        if blocks:
+        if captures:
             mb, mc = [median(x) for x in base_b], [median(x) for x in cand_b]
-            effect = blocked_effect(mb, mc, confidence) if paired else unpaired_effect(mb, mc, confidence)
+            effect = capture_effect(mb, mc, confidence) if paired else unpaired_effect(mb, mc, confidence)
         else:
             base, cand = base_b[0], cand_b[0]
             effect = paired_effect(base, cand, confidence) if paired else unpaired_effect(base, cand, confidence)

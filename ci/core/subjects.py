@@ -4,7 +4,7 @@ The core (``results``, ``stats``, ``evidence``, ``compare``, ``baselines``, ``re
 per case and knows nothing of what a case measures. A subject, keyed by the results ``kind``
 its stage writes, says what a complete run of it is, from the gate's own definitions and never from
 what a results file claims (``expected_cases``: its suites and the run's case filter; ``min_samples``;
-``min_captures``: how many fresh timing units, ``extra.blocks``, each build needs), and adds what only it
+``min_captures``: how many fresh timing units, ``extra.captures``, each build needs), and adds what only it
 understands: extra report columns and verdict data per case (``annotate``), notes, Markdown under the
 table (``details``), a second plot panel (``panel``), and the file name of its baselines
 (``baseline_prefix``). A results file of a kind no subject registered is refused (``ci.core.results``).
@@ -46,7 +46,7 @@ class Subject:
     # results -> the case ids a complete run holds, from the gate's definitions (a GateError: not one it defines)
     expected_cases: Callable[[Any], list[str]] = _undefined
     min_samples: Callable[[Any], int] = lambda results: 0  # per case and judged build, beyond the core's floor
-    # results -> the fresh timing units (captures, ``extra.blocks``) each judged build needs in each case
+    # results -> the fresh timing units (captures, ``extra.captures``) each judged build needs in each case
     min_captures: Callable[[Any], int] = lambda results: 1
     # capture b of two runs of a case did the same work (inputs, order and padding seeded by case and b, as the
     # kernel bench's): baseline mode pairs them; False (server launches, independent in each run): it compares
@@ -80,17 +80,17 @@ def _load() -> None:
 
 
 def capture_ids(case: Any, side: str) -> list[int] | None:
-    """The capture of each sample of ``side`` (``extra.blocks[side]``: fresh timing units, e.g. a CUDA-graph
+    """The capture of each sample of ``side`` (``extra.captures[side]``: fresh timing units, e.g. a CUDA-graph
     capture or a pair of server launches), or None: the file records none (one capture)."""
     from ci.core.errors import DataError
 
-    blocks = case.extra.get("blocks")
-    if blocks is None:
+    captures = case.extra.get("captures")
+    if captures is None:
         return None
-    ids = blocks.get(side) if isinstance(blocks, dict) else None
+    ids = captures.get(side) if isinstance(captures, dict) else None
     samples = case.samples.get(side, [])
     if not isinstance(ids, list) or len(ids) != len(samples) or not all(type(b) is int for b in ids):
-        raise DataError(f"case {case.id}: extra.blocks[{side!r}] should give the capture of each of its samples")
+        raise DataError(f"case {case.id}: extra.captures[{side!r}] should give the capture of each of its samples")
     return ids
 
 

@@ -9,18 +9,18 @@ sees ``tokens_per_rank * ep`` DP-padded rows; ``ep = 1`` is the non-EP caller
 Timing: a CUDA graph of ``calls`` consecutive calls over rotating input sets (so the L2
 cache does not flatter), replayed and timed with CUDA events, after warm-up (the first
 Marlin call JIT-compiles PTX). Two captures of the same kernels time 1-3% apart (a systematic
-error of the capture: addresses, placement), so each case is timed in ``blocks``: every block
+error of the capture: addresses, placement), so each case is timed in ``captures``: every capture
 draws fresh input buffers, shifts the next allocations by a random pad, captures both builds
 anew in a random order, then times them for a few alternating rounds (A B, B A, ...). The
-gate's interval is taken over blocks (``ci.core.stats.blocked_effect``), so that error is inside it.
+gate's interval is taken over captures (``ci.core.stats.capture_effect``), so that error is inside it.
 Every ``block_size_m`` in {8, 16, 32, 48, 64} is timed too, for each heuristic's regret.
-Raw samples (microseconds per call) and each sample's block go into a versioned results file.
+Raw samples (microseconds per call) and each sample's capture go into a versioned results file.
 
 ``--inject-slowdown F`` (with ``--aa``) is how the gate's error rates are measured on a GPU
 (``ci.kernel.error_rates``): the candidate is the base build with a GPU sleep appended to each of its
 graphs, calibrated per case so that the candidate is F (e.g. 0.035) slower than the base.
 
-Usage: ``python -m ci.kernel.bench --manifest M [--suite default|quick] [--repeats 90] [--blocks 30] --out DIR``
+Usage: ``python -m ci.kernel.bench --manifest M [--suite default|quick] [--repeats 90] [--captures 30] --out DIR``
 (writes ``DIR/kernel-results.json``)
 """
 
@@ -45,12 +45,12 @@ from ci.kernel.shapes import MODELS
 from ci.kernel.spec import BLOCK_SIZES_M, MIN_BLOCK_SIZE_M_1_BYTE_INPUT, NON_EP
 from ci.runner import gpu, outputs
 from ci.trees import provenance
-from ci.trees.build import load_trees
+from ci.trees.manifest import load_trees
 
-DEFAULT_REPEATS = 90  # timed rounds per build, over DEFAULT_BLOCKS captures (README: error rates)
-DEFAULT_BLOCKS = 30  # fresh captures per build; 30 x 3 rounds: simulated, with the measured capture error,
+DEFAULT_REPEATS = 90  # timed rounds per build, over DEFAULT_CAPTURES captures (README: error rates)
+DEFAULT_CAPTURES = 30  # fresh captures per build; 30 x 3 rounds: simulated, with the measured capture error,
 # A/A and +2% never FAIL, +3.5% FAILs in 94% (20 x 3: 81%); the GPU time is to be measured on the H200
-MIN_BLOCKS = 6  # a 95% signed-rank interval over blocks needs at least 6
+MIN_CAPTURES = 6  # a 95% signed-rank interval over captures needs at least 6
 BLOCK_SIZE_REPEATS = 10  # per forced block size (regret only, not gated)
 CALLS_PER_GRAPH = 10
 ROTATING_INPUTS = 4
@@ -181,11 +181,11 @@ class CaseRunner:
         self.experts = experts
         self.shape = shape
         self._callers: dict[int, object] = {}  # batched path: one BatchedMarlinExperts stand-in per build
-        self.inputs = self._route(block=0)
+        self.inputs = self._route(capture=0)
 
-    def _route(self, block: int) -> list:
+    def _route(self, capture: int) -> list:
         routed = [self.mc.route(self.case.rows, self.shape, self.torch.bfloat16,
-                                seed=100 + ROTATING_INPUTS * block + i) for i in range(ROTATING_INPUTS)]  # fmt: skip
+                                seed=100 + ROTATING_INPUTS * capture + i) for i in range(ROTATING_INPUTS)]  # fmt: skip
         if self.case.path == "fused":
             return routed
         # batched: every rank's tokens routed over the global experts; rank 0 holds what reached its experts
@@ -193,11 +193,11 @@ class CaseRunner:
                                           own_topk_ids=r.topk_ids[: self.case.tokens_per_rank],
                                           expert_map=self.view.expert_map) for r in routed]  # fmt: skip
 
-    def start_block(self, block: int, pad_bytes: int):
-        """Fresh input buffers for ``block``, allocated after a pad of ``pad_bytes``, so neither build
-        keeps the addresses it had (return the pad: it must live as long as the block's graphs)."""
+    def start_capture(self, capture: int, pad_bytes: int):
+        """Fresh input buffers for ``capture``, allocated after a pad of ``pad_bytes``, so neither build
+        keeps the addresses it had (return the pad: it must live as long as the capture's graphs)."""
         pad = self.torch.empty(pad_bytes, dtype=self.torch.uint8, device="cuda")
-        self.inputs = self._route(block)
+        self.inputs = self._route(capture)
         return pad
 
     def call(self, module, routing):
@@ -266,13 +266,13 @@ def picked_block_size(runner: CaseRunner, module) -> int:
     return seen[0]
 
 
-def block_plan(case_id: str, blocks: int) -> list[tuple[tuple[str, str], int]]:
-    """Per block: the order the builds are captured and timed in, and the pad (bytes) before its inputs.
-    Random but reproducible (seeded by the case id): over the blocks each build goes first about half the
+def capture_plan(case_id: str, captures: int) -> list[tuple[tuple[str, str], int]]:
+    """Per capture: the order the builds are captured and timed in, and the pad (bytes) before its inputs.
+    Random but reproducible (seeded by the case id): over the captures each build goes first about half the
     time and sits at varying addresses."""
     rng = random.Random(f"ep-marlin-gate:{case_id}")
     plan = []
-    for _ in range(blocks):
+    for _ in range(captures):
         order = ("base", "candidate") if rng.random() < 0.5 else ("candidate", "base")
         plan.append((order, 256 * rng.randrange(1, 4096)))
     return plan
@@ -342,10 +342,10 @@ def runnable_block_sizes(case: BenchCase) -> tuple[int, ...]:
     return BLOCK_SIZES_M
 
 
-def run_case(runner: CaseRunner, variants, repeats: int, blocks: int = DEFAULT_BLOCKS, *,
+def run_case(runner: CaseRunner, variants, repeats: int, captures: int = DEFAULT_CAPTURES, *,
              block_size_repeats: int = BLOCK_SIZE_REPEATS, inject: float = 0.0,
              sleep: dict | None = None) -> CaseResult:  # fmt: skip
-    """Time one case in ``blocks``; ``inject`` > 0 (an A/A run): the candidate's graphs carry a GPU sleep
+    """Time one case in ``captures``; ``inject`` > 0 (an A/A run): the candidate's graphs carry a GPU sleep
     that makes them ``inject`` slower than the base (``calibrate_slowdown``)."""
     base, cand = variants
     modules = {v.name: v.marlin_moe for v in variants}
@@ -359,15 +359,15 @@ def run_case(runner: CaseRunner, variants, repeats: int, blocks: int = DEFAULT_B
         injected = calibrate_slowdown(runner, base.marlin_moe, inject, sleep)
         sleep_of["candidate"] = injected["sleep_cycles"]
     samples: dict[str, list[float]] = {"base": [], "candidate": []}
-    block_of: dict[str, list[int]] = {"base": [], "candidate": []}
-    rounds = max(1, repeats // blocks)
-    for b, (order, pad_bytes) in enumerate(block_plan(runner.case.id, blocks)):
-        pad = runner.start_block(b, pad_bytes)
-        # fresh captures, in this block's order
+    capture_of: dict[str, list[int]] = {"base": [], "candidate": []}
+    rounds = max(1, repeats // captures)
+    for b, (order, pad_bytes) in enumerate(capture_plan(runner.case.id, captures)):
+        pad = runner.start_capture(b, pad_bytes)
+        # fresh captures, in this capture's order
         graphs = {name: runner.capture(modules[name], sleep_cycles=sleep_of[name]) for name in order}
         for name in stats.interleaved_order(rounds, order):  # A B, B A, ...: sample i of each build is a pair
             samples[name].append(runner.time_us(graphs[name]))
-            block_of[name].append(b)
+            capture_of[name].append(b)
         del graphs, pad
     per_bm: dict[str, list[float]] = {}
     if block_size_repeats > 0:
@@ -376,7 +376,7 @@ def run_case(runner: CaseRunner, variants, repeats: int, blocks: int = DEFAULT_B
             for bm, g in bm_graphs.items():
                 per_bm.setdefault(str(bm), []).append(runner.time_us(g))
         del bm_graphs
-    extra = {"block_sizes_us": per_bm, "correctness": correctness, "blocks": block_of}
+    extra = {"block_sizes_us": per_bm, "correctness": correctness, "captures": capture_of}
     if injected:
         extra["injected"] = injected
     c = runner.case
@@ -411,7 +411,7 @@ IDENTITY_KEYS = ("shape", "hidden", "intermediate", "global_experts", "local_exp
 
 
 def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bool = False,
-              case_filter: str | None = None, blocks: int = DEFAULT_BLOCKS,
+              case_filter: str | None = None, captures: int = DEFAULT_CAPTURES,
               block_size_repeats: int = BLOCK_SIZE_REPEATS, inject: float = 0.0, log=_print,
               ) -> BenchResults:  # fmt: skip
     """Time ``cases``; ``inject`` > 0 needs ``aa`` (the candidate is the base plus a calibrated sleep)."""
@@ -437,7 +437,7 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
             local = mc.rank_view(case.experts, case.ep, 0).local_ids.numel()
             experts = mc.random_packed_experts(shape, torch.bfloat16, local_experts=local, seed=7, fmt=case.format)
         try:
-            result = run_case(CaseRunner(case, experts), variants, repeats, blocks,
+            result = run_case(CaseRunner(case, experts), variants, repeats, captures,
                               block_size_repeats=block_size_repeats, inject=inject, sleep=sleep)  # fmt: skip
         except WrongResultsError as exc:  # the other cases still run; the gate FAILs this one
             failed[case.id] = str(exc)
@@ -456,8 +456,8 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
         provenance=provenance.collect(trees, with_cuda=True),
         settings={
             "repeats": repeats,
-            "blocks": blocks,
-            "rounds_per_block": max(1, repeats // blocks),
+            "captures": captures,
+            "rounds_per_capture": max(1, repeats // captures),
             "block_size_repeats": block_size_repeats,
             "calls_per_graph": CALLS_PER_GRAPH,
             "rotating_inputs": ROTATING_INPUTS,
@@ -484,13 +484,14 @@ def _candidate_label(aa: bool, inject: float) -> str:
     return "base (A/A run)" if aa else "candidate tree"
 
 
-def check_plan(blocks: int, repeats: int, block_size_repeats: int = BLOCK_SIZE_REPEATS, inject: float = 0.0,
+def check_plan(captures: int, repeats: int, block_size_repeats: int = BLOCK_SIZE_REPEATS, inject: float = 0.0,
                aa: bool = False) -> None:  # fmt: skip
     """The bench's numeric options, checked before anything is loaded (usage errors, exit 2)."""
-    if blocks < MIN_BLOCKS or repeats < blocks:
+    if captures < MIN_CAPTURES or repeats < captures:
         raise UsageError(
-            f"--blocks {blocks} --repeats {repeats}: a 95% interval over blocks needs at least "
-            f"{MIN_BLOCKS} blocks, and each block at least one round (defaults {DEFAULT_BLOCKS} and {DEFAULT_REPEATS})"
+            f"--captures {captures} --repeats {repeats}: a 95% interval over captures needs at least "
+            f"{MIN_CAPTURES} captures, and each capture at least one round (defaults {DEFAULT_CAPTURES} and "
+            f"{DEFAULT_REPEATS})"
         )
     if block_size_repeats < 0:
         raise UsageError(f"--block-size-repeats {block_size_repeats}: 0 (no sweep) or more")
@@ -507,7 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cases", help="only case ids matching this glob (or any of several, comma-separated), "
                         "e.g. 'deepseek-v3/ep8/*'")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="rounds per build (%(default)s)")
-    parser.add_argument("--blocks", type=int, default=DEFAULT_BLOCKS,
+    parser.add_argument("--captures", type=int, default=DEFAULT_CAPTURES,
                         help="fresh captures per build, the repeats split among them (%(default)s)")  # fmt: skip
     parser.add_argument("--out", type=Path, required=True,
                         help=f"folder the stage writes {outputs.KERNEL_RESULTS} into")  # fmt: skip
@@ -518,7 +519,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--block-size-repeats", type=int, default=BLOCK_SIZE_REPEATS,
                         help="timings per forced block size (regret columns); 0: no sweep (%(default)s)")  # fmt: skip
     args = parser.parse_args(argv)
-    check_plan(args.blocks, args.repeats, args.block_size_repeats, args.inject_slowdown, args.aa)
+    check_plan(args.captures, args.repeats, args.block_size_repeats, args.inject_slowdown, args.aa)
     out = outputs.results_file(args.out, outputs.KERNEL_RESULTS)
     cases = suite_cases(args.suite, args.cases)
     trees = load_trees(args.manifest)
@@ -527,7 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if busy and not args.allow_busy:
         raise GPUBusyError(f"the GPU is busy: {busy[0]}; wait for it, or pass --allow-busy (timings will be noisy)")
     results = run_suite(trees, cases, args.repeats, args.suite, aa=args.aa, case_filter=args.cases,
-                        blocks=args.blocks, block_size_repeats=args.block_size_repeats,
+                        captures=args.captures, block_size_repeats=args.block_size_repeats,
                         inject=args.inject_slowdown)  # fmt: skip
     results.save(out)
     print(f"bench: {len(results.cases)} cases written to {out}")

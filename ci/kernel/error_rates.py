@@ -8,7 +8,7 @@ simulation of the same design (``ci.core.stats.simulate``, with the capture erro
 beside what the GPU gave. This stage measures; it decides nothing (exit 0 once every run is in).
 
 Usage: ``python -m ci.kernel.error_rates --manifest M --out DIR [--aa-runs 3] [--inject 0.02,0.035,0.05]
-[--inject-cases GLOB] [--suite default] [--blocks 30] [--repeats 90]``
+[--inject-cases GLOB] [--suite default] [--captures 30] [--repeats 90]``
 
 Writes, as each run ends (a stopped job keeps what it measured): ``DIR/<run>.json`` (the bench
 results of the run) and ``DIR/error-rates.json`` / ``DIR/error-rates.md`` (the table so far).
@@ -32,12 +32,12 @@ VERSION = 1
 SIM_TRIALS = 2000
 
 
-def simulated(blocks: int, repeats: int, levels: Sequence[float]) -> dict[str, dict[str, float]]:
+def simulated(captures: int, repeats: int, levels: Sequence[float]) -> dict[str, dict[str, float]]:
     """The simulation of the same design, with the capture error measured on an H200, per level."""
     out = {}
     for inject in (0.0, *levels):
         shares = stats.simulate(1 + inject, repeats, trials=SIM_TRIALS, capture_sd=stats.SIM_CAPTURE_SD,
-                                blocks=blocks)  # fmt: skip
+                                captures=captures)  # fmt: skip
         out["aa" if not inject else f"{inject:g}"] = {v.value: s for v, s in shares.items()}
     return out
 
@@ -45,8 +45,8 @@ def simulated(blocks: int, repeats: int, levels: Sequence[float]) -> dict[str, d
 def markdown(payload: dict) -> str:
     s = payload["settings"]
     lines = [
-        f"### Kernel gate error rates on {payload['gpu']} (suite `{s['suite']}`, {s['blocks']} blocks x "
-        f"{s['repeats'] // s['blocks']} rounds, threshold {s['threshold']:.0%})",
+        f"### Kernel gate error rates on {payload['gpu']} (suite `{s['suite']}`, {s['captures']} captures x "
+        f"{s['repeats'] // s['captures']} rounds, threshold {s['threshold']:.0%})",
         "",
         "Per case: a run's cases are each judged as the gate judges a change (`ci.core.compare`, A/B).",
         "",
@@ -89,12 +89,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--inject", type=rates.parse_levels, default=rates.DEFAULT_INJECT,
                         help="slowdowns, e.g. 0.02,0.035,0.05")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=bench.DEFAULT_REPEATS, help="rounds per build (%(default)s)")
-    parser.add_argument("--blocks", type=int, default=bench.DEFAULT_BLOCKS, help="captures per build (%(default)s)")
+    parser.add_argument("--captures", type=int, default=bench.DEFAULT_CAPTURES, help="captures per build (%(default)s)")
     parser.add_argument("--allow-busy", action="store_true", help="measure even if another process uses the GPU")
     args = parser.parse_args(argv)
     if args.aa_runs < 0 or (args.aa_runs == 0 and not args.inject):
         raise UsageError(f"--aa-runs {args.aa_runs}: 0 or more, and with --inject at least one run in all")
-    bench.check_plan(args.blocks, args.repeats, 0, max(args.inject, default=0.0), aa=True)
+    bench.check_plan(args.captures, args.repeats, 0, max(args.inject, default=0.0), aa=True)
     aa_cases = bench.suite_cases(args.suite, args.cases)
     inject_filter = args.inject_cases or args.cases
     inject_cases = bench.suite_cases(args.suite, inject_filter)
@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from ci.core.errors import GPUBusyError
     from ci.runner import gpu
-    from ci.trees.build import load_trees
+    from ci.trees.manifest import load_trees
 
     trees = load_trees(args.manifest)
     gpus = gpu.require_gpus()
@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "gpu": gpus[0].name,
         "settings": {
             "suite": args.suite,
-            "blocks": args.blocks,
+            "captures": args.captures,
             "repeats": args.repeats,
             "threshold": stats.DEFAULT_THRESHOLD,
             "confidence": stats.DEFAULT_CONFIDENCE,
@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "inject_cases": inject_filter,
         },
         "targets": {str(k): v for k, v in rates.TARGETS.items()},
-        "simulated": simulated(args.blocks, args.repeats, args.inject),
+        "simulated": simulated(args.captures, args.repeats, args.inject),
         "runs": [],
     }
     args.out.mkdir(parents=True, exist_ok=True)
@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.time()
         print(f"error_rates: run {name} ({len(cases)} cases)", flush=True)
         results = bench.run_suite(trees, cases, args.repeats, args.suite, aa=True, case_filter=case_filter,
-                                  blocks=args.blocks, block_size_repeats=0, inject=inject)  # fmt: skip
+                                  captures=args.captures, block_size_repeats=0, inject=inject)  # fmt: skip
         results.save(args.out / f"{name}.json")
         rates.record_run(args.out, payload, name, inject, results, time.time() - started, markdown)
     return 0

@@ -4,7 +4,7 @@ slower each pick is than the best one (its regret). In baseline mode the judged 
 baseline is shown beside its pick now, with a note when they differ (different kernels were timed).
 
 A complete run holds every case of its suite as ``ci.kernel.bench`` defines it (less the run's ``--cases``
-filter), each timed in at least ``ci.kernel.bench.MIN_BLOCKS`` fresh captures (``extra.blocks``).
+filter), each timed in at least ``ci.kernel.bench.MIN_CAPTURES`` fresh captures (``extra.captures``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ci.core import stats
 from ci.core.errors import DataError, UsageError
 from ci.core.results import CaseResult
 from ci.core.subjects import Annotation, Subject, register
-from ci.kernel.bench import MIN_BLOCKS
+from ci.kernel.bench import MIN_CAPTURES
 from ci.runner import outputs
 
 KIND = "kernel-bench"
@@ -146,7 +146,7 @@ def panel(results):
     # pragma: no mutate end
 
 
-SUBJECT = register(Subject(kind=KIND, expected_cases=expected_cases, min_captures=lambda results: MIN_BLOCKS,
+SUBJECT = register(Subject(kind=KIND, expected_cases=expected_cases, min_captures=lambda results: MIN_CAPTURES,
                            case_problems=case_problems, columns=columns, annotate=annotate, panel=panel,
                            results_file=outputs.KERNEL_RESULTS,
                            writer=outputs.WRITERS[outputs.KERNEL_RESULTS]))  # fmt: skip

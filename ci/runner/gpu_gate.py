@@ -38,7 +38,7 @@ from ci.core.cli import run_main
 from ci.core.errors import DataError, ExitCode, GateError
 from ci.runner import outputs
 from ci.runner.jobsummary import describe
-from ci.trees.build import load_trees
+from ci.trees.manifest import load_trees
 
 ROOT = Path(__file__).resolve().parents[2]
 # pytest's codes as the gate's (the noxfile maps them the same way)

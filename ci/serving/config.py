@@ -33,7 +33,7 @@ class Profile:
     # memory placement and start order, which moved TPOT by 0.2-0.5% (one H200) and 2.8% (DP = 2)
     # between the builds of one pair, more than rounds inside a launch vary. A run makes ``launches``
     # pairs, alternating which build starts first, and ``rounds`` rounds of each build inside each
-    # launch pair; the interval is over the pairs (ci.core.stats.blocked_effect).
+    # launch pair; the interval is over the pairs (ci.core.stats.capture_effect).
     launches: int
     rounds: int  # per build and launch pair
     warmup_prompts: int  # one run of these per server launch, unmeasured

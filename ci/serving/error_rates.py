@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     start, pairs = serving_config.resolve_start(serving_config.PROFILES[args.profile], args.start, args.pairs_at_once,
                                                 "concurrent")  # fmt: skip
     rates.check_out(args.out)
-    from ci.trees.build import load_trees
+    from ci.trees.manifest import load_trees
 
     trees = load_trees(args.manifest)
     gpus = tpot.serving_gpus(args.dp, args.allow_busy)

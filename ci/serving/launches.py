@@ -32,7 +32,7 @@ from ci.serving.config import (
     server_env,
 )
 from ci.serving.server import Server, free_port, server_itl_ms
-from ci.trees.build import Trees
+from ci.trees.manifest import Trees
 
 DEFAULT_PORT = 18000
 INJECT_DIR = Path(__file__).resolve().parent / "inject"  # sitecustomize: the injected slowdown

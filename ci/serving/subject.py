@@ -5,7 +5,7 @@ with the server's own inter-token latency and the machine's state where recorded
 
 A complete run is the one case its suite names (model, DP size, profile: ``ci.serving.config``) with the
 profile's rounds of each build in each of its launch pairs; the launch pair of each round is its capture
-(``extra.blocks``), so the interval is over launch pairs."""
+(``extra.captures``), so the interval is over launch pairs."""
 
 from __future__ import annotations
 

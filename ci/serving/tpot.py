@@ -8,8 +8,8 @@ The unit of evidence is a launch pair: both servers started (which one first alt
 warmed up, settled (short runs until each server's TPOT is stable, ``ci.serving.config.Profile``),
 then the pair's rounds, alternating builds (a, b, b, a), then both stopped. Each round is one
 ``vllm bench serve`` run and contributes its median TPOT; the launch pair of each round is its
-capture (``extra.blocks``), so ``ci.core.compare`` takes the interval over launch pairs with the
-same blocked statistics as the kernel bench. The server's own mean inter-token latency
+capture (``extra.captures``), so ``ci.core.compare`` takes the interval over launch pairs with the
+same per-capture statistics as the kernel bench. The server's own mean inter-token latency
 (``/metrics``) is recorded beside each round. By default one client process
 (``ci/serving/bench_client.py``: vLLM's own ``vllm.benchmarks.serve``, imported once, from the base
 tree) runs every round, so a round costs its measurement and not a vLLM import; the same
@@ -33,6 +33,7 @@ from pathlib import Path
 
 from ci.core.cli import run_main
 from ci.core.errors import DataError, GPUBusyError, NoGPUError, UsageError
+from ci.core.jsonio import sha256_file
 from ci.core.results import BenchResults, CaseResult
 from ci.runner import gpu, outputs, procs
 from ci.serving.client import CLIENTS, BenchClient, RoundResult, parse_bench_result
@@ -54,7 +55,7 @@ from ci.serving.config import (
 )
 from ci.serving.launches import STARTS, Runner, run_launches, run_order
 from ci.trees import provenance
-from ci.trees.build import Trees, load_trees, sha256_file
+from ci.trees.manifest import Trees, load_trees
 
 # what makes two TPOT runs comparable (ci.core.evidence checks them against a baseline)
 IDENTITY_KEYS = ("model", "model_config_sha256", "dp", "expert_parallel", "profile", "server_mode", "start")
@@ -68,7 +69,7 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
                         profile: Profile | None = None, start: str = "serial",
                         inject_sleep_us: float = 0.0) -> BenchResults:  # fmt: skip
     """The results file of a TPOT A/B: one case, the median TPOT of each round as its samples, and the
-    launch pair of each sample as its capture (``extra.blocks``): the core's interval is over the pairs."""
+    launch pair of each sample as its capture (``extra.captures``): the core's interval is over the pairs."""
     profile = profile or PROFILES[profile_name]
     complete = len(rounds) == 2 * profile.rounds_per_build
     case = CaseResult(
@@ -92,7 +93,7 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
             "decode_block_size_m": [r for r in decode_block_sizes(model_dir(model), profile, dp) if r["profile"]],
         },
         extra={
-            "blocks": {b: [r.launch for r in rounds if r.build == b] for b in BUILDS},
+            "captures": {b: [r.launch for r in rounds if r.build == b] for b in BUILDS},
             "rounds": [asdict(r) for r in rounds],
             "timeline": timeline,
         },

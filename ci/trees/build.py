@@ -1,31 +1,24 @@
-"""The vLLM under test, as two trees (base and candidate) and a manifest.
+"""The vLLM under test, as two trees (base and candidate) and a manifest: the build stage and its CLI.
 
-Where vLLM comes from (``--vllm``): a release from the package index (the default,
-0.25.1: its wheel is downloaded once into the cache and unpacked), or ``installed`` (the
-vLLM importable in this interpreter: offline GPU hosts). ``--vllm-src PATH`` overlays the
-Python files of a local vLLM checkout on that release; a change to CUDA sources needs a
-full build and is out of scope for that mode. With ``--head-ref`` (and ``--base-ref``, default
-``origin/main``) that checkout is a git repository and the change under test is its branch: the base
-tree is the release overlaid with ``vllm/`` at the merge-base of the two refs, and the candidate adds
-``git diff base...head -- vllm/`` (``ci.trees.refpatch``), which is the patch recorded in the manifest.
-
-A tree holds a copy of vLLM's Python files and links to everything else (the compiled
-kernels are reused from the release), so it costs seconds and little disk. The candidate
-is the base with the patch applied strictly (``git apply``: all hunks or nothing);
-``--reverse`` instead builds the base by removing the patch from a release that already
-contains it (e.g. 0.26.0), so the same A/B works on newer releases.
+Where vLLM comes from is ``ci.trees.release`` (``--vllm``: a release, default 0.25.1, or ``installed``;
+``--vllm-src PATH`` overlays a checkout's Python files); the branch mode (``--head-ref``, ``--base-ref``:
+the base is the release overlaid with ``vllm/`` at the merge-base of the two refs, the candidate adds ``git
+diff base...head -- vllm/``, the patch recorded in the manifest) is ``ci.trees.branch`` and
+``ci.trees.refpatch``; the manifest is ``ci.trees.manifest``. The candidate is the base with the patch
+applied strictly (``git apply``: all hunks or nothing); ``--reverse`` instead builds the base by removing
+the patch from a release that already contains it (e.g. 0.26.0), so the same A/B works on newer releases.
+The source options are defined once here (``add_source_arguments``) for every stage and nox session.
 
 Usage::
 
     python -m ci.trees.build [--vllm 0.25.1|installed] [--vllm-src PATH [--base-ref REF] [--head-ref REF]]
-                       [--patch FILE] [--reverse]
+                       [--patch FILE | --change NAME] [--reverse]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import importlib.util
 import os
 import platform
 import re
@@ -33,201 +26,26 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import zipfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 from ci.core.cli import run_main
-from ci.core.errors import DataError, MissingDependencyError, PatchError, UsageError
-from ci.core.jsonio import read_json, sha256_file, write_json
+from ci.core.errors import PatchError, UsageError
+from ci.core.jsonio import sha256_file, write_json
 from ci.trees import patching, treediff
+from ci.trees.branch import default_base_ref, export_vllm
+from ci.trees.manifest import TreeManifest, Trees, load_trees
+from ci.trees.release import DEFAULT_VLLM, Release, make_base_tree, materialize, overlay_checkout, resolve_release
 from ci.trees.treediff import FileChange
 
-DEFAULT_VLLM = "0.25.1"
 CHANGES_DIR = Path(__file__).resolve().parents[1] / "changes"  # <name>/change.patch and, optionally, contract.py
 DEFAULT_CHANGE = "marlin-ep-m-estimate"
 DEFAULT_PATCH = CHANGES_DIR / DEFAULT_CHANGE / "change.patch"
 GATE_DIR = Path(".gate")
-DEFAULT_BASE_REF = "origin/main"
 CHANGE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # a folder of ci/changes/, never a path
-REFS_MARKER = ".gate-refs"  # in every folder the builder exported a ref into
 TREES_MARKER = ".gate-trees"  # in every --out folder the builder made: the only kind it will ever replace
-MANIFEST_KIND = "vllm-trees"
-MANIFEST_VERSION = 2  # 2: changed_files is what differs between the trees (ci.trees.treediff), each with its kind
-_VERSION_RE = re.compile(r"^\d+\.\d+\.\d+([.+\-\w]*)$")
-_VERSION_FILE_RE = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Release:
-    """A vLLM release on disk: ``root/vllm`` is its package."""
-
-    version: str
-    root: Path
-    source: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class TreeManifest:
-    """What was built: read by the test, bench and TPOT stages (paths relative to the manifest)."""
-
-    vllm_version: str
-    vllm_source: str
-    patch_path: str
-    patch_sha256: str
-    reverse: bool
-    base: str
-    candidate: str
-    changed_files: tuple[FileChange, ...]  # what differs between the two trees (ci.trees.treediff)
-    ignored_patch_paths: tuple[str, ...] = ()
-    overlaid_files: tuple[str, ...] = ()
-    refs: dict | None = None  # --head-ref: the refs, their commits and the files the branch changes
-    contract: dict | None = None  # ci.trees.contracts.Contract.to_json(), or None: no rule of the change is checked
-    tools: dict[str, str] = field(default_factory=dict)
-    created_at: str = ""
-    command: str = ""
-    kind: str = MANIFEST_KIND
-    schema_version: int = MANIFEST_VERSION
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Trees:
-    """A manifest read back, with absolute paths to the two trees."""
-
-    manifest_path: Path
-    manifest: TreeManifest
-    base: Path
-    candidate: Path
-
-
-def _version_from_tree(pkg: Path) -> str | None:
-    version_file = pkg / "_version.py"
-    if version_file.is_file() and (m := _VERSION_FILE_RE.search(version_file.read_text())):
-        return m[1]
-    return None
-
-
-def locate_installed() -> Release:
-    """The vLLM importable in this interpreter, found without importing it (no torch needed)."""
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or spec.origin is None:
-        raise MissingDependencyError(
-            f"vLLM is not importable by {sys.executable}: with --vllm installed the gate tests the vLLM "
-            f"already installed here. Install one (pip install vllm=={DEFAULT_VLLM}), put it on PYTHONPATH, "
-            f"or pass --vllm {DEFAULT_VLLM} to fetch that release from the package index."
-        )
-    pkg = Path(spec.origin).resolve().parent
-    version = _version_from_tree(pkg)
-    if version is None:
-        try:
-            version = importlib.metadata.version("vllm")
-        except importlib.metadata.PackageNotFoundError:
-            version = "unknown"
-    return Release(version=version, root=pkg.parent, source=f"installed:{pkg}")
-
-
-def _pip_download(version: str, dest: Path) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    found = sorted(dest.glob(f"vllm-{version}-*.whl"))
-    if found:
-        return found[0]
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(dest)]
-    print(f"build: downloading vllm=={version} from the package index (cached in {dest})", flush=True)
-    done = subprocess.run([*cmd, f"vllm=={version}"], capture_output=True, text=True, check=False)
-    found = sorted(dest.glob(f"vllm-{version}-*.whl"))
-    if done.returncode != 0 or not found:
-        raise MissingDependencyError(
-            f"could not download vllm=={version}: {done.stderr.strip()[-400:]}\n"
-            "Check the version exists on the index, or on an offline host use --vllm installed."
-        )
-    return found[0]
-
-
-def fetch_release(version: str, cache: Path) -> Release:
-    """A release from the package index: its wheel, downloaded and unpacked once into ``cache``; the wheel
-    is removed once unpacked (the trees use the unpacked files; both would double the disk)."""
-    root = cache / f"vllm-{version}"
-    marker = root / ".unpacked"
-    if not marker.is_file():
-        wheel = _pip_download(version, cache / "wheels")
-        shutil.rmtree(root, ignore_errors=True)
-        print(f"build: unpacking {wheel.name}", flush=True)
-        with zipfile.ZipFile(wheel) as zf:
-            zf.extractall(root)
-        for so in root.rglob("*.so"):  # zipfile drops the permission bits
-            so.chmod(0o755)
-        marker.write_text(f"{wheel.name} {sha256_file(wheel)}\n")
-        wheel.unlink()
-    name, _, sha = marker.read_text().strip().rpartition(" ")
-    return Release(version=version, root=root, source=f"pypi:vllm=={version} ({name or 'wheel'}, sha256 {sha})")
-
-
-def resolve_release(spec: str, cache: Path) -> Release:
-    if spec == "installed":
-        return locate_installed()
-    if _VERSION_RE.match(spec):
-        return fetch_release(spec, cache)
-    raise UsageError(f"--vllm expects a release such as {DEFAULT_VLLM!r} or 'installed', got {spec!r}")
-
-
-def _package_files(root: Path) -> list[Path]:
-    """Files of the vllm package (and its dist-info), relative to ``root``."""
-    pkg = root / "vllm"
-    if not pkg.is_dir():
-        raise DataError(f"{root}: no vllm/ package here")
-    paths = [p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
-    for info in root.glob("vllm-*.dist-info"):
-        paths.extend(p for p in info.rglob("*") if p.is_file())
-    return sorted(p.relative_to(root) for p in paths)
-
-
-def make_base_tree(release: Release, dest: Path) -> None:
-    """Copy the Python files of ``release`` into ``dest``; link everything else (kernels, data)."""
-    for rel in _package_files(release.root):
-        src, dst = release.root / rel, dest / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if rel.suffix == ".py":
-            shutil.copy2(src, dst)
-        else:
-            dst.symlink_to(src.resolve())
-
-
-def overlay_checkout(checkout: Path, tree: Path) -> list[str]:
-    """Copy the Python files of a vLLM checkout that differ from the tree's; return their paths."""
-    pkg = checkout / "vllm"
-    if not pkg.is_dir():
-        raise UsageError(f"--vllm-src {checkout}: no vllm/ package in it; point it at a vLLM source checkout")
-    print(
-        "build: --vllm-src overlays Python files only; the release's compiled kernels are reused, "
-        "so changes to csrc/ (CUDA/C++) are not tested in this mode: they need a full build.",
-        flush=True,
-    )
-    changed = []
-    for src in sorted(pkg.rglob("*.py")):
-        rel = src.relative_to(checkout)
-        dst = tree / rel
-        if dst.is_file() and dst.read_bytes() == src.read_bytes():
-            continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        dst.unlink(missing_ok=True)
-        shutil.copy2(src, dst)
-        changed.append(str(rel))
-    return changed
-
-
-def _materialize(tree: Path, rel_paths: Sequence[str]) -> None:
-    """Replace links by copies for the files a patch touches, so patching never writes into the release."""
-    for rel in rel_paths:
-        p = tree / rel
-        if p.is_symlink():
-            target = p.resolve()
-            p.unlink()
-            shutil.copy2(target, p)
 
 
 def _tool_versions() -> dict[str, str]:
@@ -278,62 +96,6 @@ class BuildOptions:
     head_ref: str | None = None
     refs: dict | None = None  # filled in by the builder from base_ref/head_ref
     contract: str = "auto"  # "auto": contract.py beside the patch, if any; "none"; or a contract file
-
-
-def export_vllm(repo: Path, commit: str, dest: Path) -> None:
-    """``vllm/`` of ``repo`` at ``commit`` into ``dest``, a folder only the builder writes: the blobs as git
-    stores them (no ``.gitattributes`` export-ignore, export-subst or filters), files only."""
-    from ci.trees import refpatch
-
-    listing = refpatch.git_bytes(repo, "ls-tree", "-r", "-z", "--full-tree", commit, "--", patching.PATCHED_PREFIX)
-    entries = []
-    for entry in filter(None, listing.split(b"\0")):
-        meta, _, raw_path = entry.partition(b"\t")
-        mode, kind, sha = meta.decode().split()
-        path = raw_path.decode("utf-8", errors="replace")
-        if kind != "blob" or mode not in ("100644", "100755"):
-            raise PatchError(f"{path} at {commit[:12]} of {repo} is not a file (mode {mode}: a link or a submodule): "
-                             "the gate tests files only; replace it by the file it names")  # fmt: skip
-        entries.append((raw_path.decode("utf-8", errors="surrogateescape"), sha, mode))
-    if dest.exists():
-        if not (dest / REFS_MARKER).is_file():
-            raise UsageError(f"{dest}: exists and was not made by the builder (no {REFS_MARKER}); move it away")
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
-    (dest / REFS_MARKER).write_text(f"vllm/ of {repo} at {commit}, exported by python -m ci.trees.build\n")
-    # the blobs as stored: no .gitattributes (export-ignore, export-subst, filters) changes what is tested
-    wanted = b"".join(f"{sha}\n".encode() for _, sha, _ in entries)
-    blobs = refpatch.git_bytes(repo, "cat-file", "--batch", stdin=wanted)
-    at = 0
-    for rel, _, mode in entries:
-        target = dest / rel
-        header_end = blobs.index(b"\n", at)
-        size = int(blobs[at:header_end].split()[2])
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(blobs[header_end + 1 : header_end + 1 + size])
-        target.chmod(0o755 if mode == "100755" else 0o644)
-        at = header_end + 1 + size + 1
-
-
-def base_ref_candidates(vllm: str) -> list[str]:
-    """Where a branch most likely starts, in order: the release's tag (the overlay runs on that release's
-    kernels), vLLM's main as a plain clone names it, and as a fork clone usually does."""
-    return [*([f"v{vllm}"] if _VERSION_RE.match(vllm) else []), DEFAULT_BASE_REF, "upstream/main"]
-
-
-def default_base_ref(repo: Path, vllm: str) -> str:
-    """The first of :func:`base_ref_candidates` that ``repo`` has, or a usage error naming them all."""
-    from ci.trees import refpatch
-
-    candidates = base_ref_candidates(vllm)
-    for ref in candidates:
-        if refpatch.has_commit(repo, ref):
-            print(f"build: --base-ref not given: {ref}", flush=True)
-            return ref
-    raise UsageError(
-        f"--vllm-src {repo}: none of {', '.join(candidates)} is a commit there, so the branch's base is "
-        "unknown; pass --base-ref REF (the commit your branch started from, e.g. a vLLM release tag)"
-    )
 
 
 def resolve_refs(opts: BuildOptions) -> BuildOptions:
@@ -425,7 +187,7 @@ def _build_into(out: Path, opts: BuildOptions, release: Release, taken: list[str
     make_base_tree(release, release_tree)
     overlaid = overlay_checkout(opts.vllm_src, release_tree) if opts.vllm_src else []
     shutil.copytree(release_tree, patched_tree, symlinks=True)
-    _materialize(patched_tree, taken)
+    materialize(patched_tree, taken)
     where = f"vLLM {release.version} ({release.source})"
     reverse = patching.apply_patch(opts.patch, patched_tree, reverse=opts.reverse, include=["vllm/*"], where=where,
                                    auto_reverse=True)  # fmt: skip
@@ -475,29 +237,6 @@ def check_changes(changes: Sequence[FileChange], patch: Path, candidate: Path) -
     from ci.trees import variants
 
     variants.candidate_modules(changes, candidate, source=str(patch))
-
-
-def load_trees(manifest_path: Path) -> Trees:
-    """Read a manifest written by :func:`build_trees`; check the trees are still there."""
-    payload = read_json(manifest_path, kind=MANIFEST_KIND, versions=(MANIFEST_VERSION,))
-    payload = {k: v for k, v in payload.items() if k not in ("kind", "schema_version")}
-    try:
-        payload["changed_files"] = tuple(FileChange(**c) for c in payload["changed_files"])
-        if not all(isinstance(c.path, str) for c in payload["changed_files"]):
-            raise TypeError("a changed file's path is not a string")
-        for key in ("ignored_patch_paths", "overlaid_files"):
-            payload[key] = tuple(payload.get(key, ()))
-        manifest = TreeManifest(**payload)
-    except (KeyError, TypeError) as exc:
-        raise DataError(f"{manifest_path}: malformed tree manifest ({exc}); rebuild with `nox -s build`") from exc
-    root = manifest_path.resolve().parent
-    trees = Trees(
-        manifest_path=manifest_path, manifest=manifest, base=root / manifest.base, candidate=root / manifest.candidate
-    )
-    for tree in (trees.base, trees.candidate):
-        if not (tree / "vllm" / "__init__.py").is_file():
-            raise DataError(f"{manifest_path}: tree {tree} is missing or incomplete; rebuild with `nox -s build`")
-    return trees
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> list[argparse.Action]:

@@ -10,7 +10,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ci.runner import gpu
-from ci.trees.build import Trees, command_line
+from ci.trees.build import command_line
+from ci.trees.manifest import Trees
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -110,7 +110,8 @@ def write_requirements(metadata_text: str, out: Path, *, version: str) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ci.trees.build import GATE_DIR, fetch_release
+    from ci.trees.build import GATE_DIR
+    from ci.trees.release import fetch_release
 
     parser = argparse.ArgumentParser(prog="python -m ci.trees.release_deps", description=__doc__.split("\n\n")[0])
     parser.add_argument("--vllm", required=True, help="a vLLM release, e.g. 0.33.0")

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ci.core.errors import DataError, MissingDependencyError, PatchError
-from ci.trees.build import Trees
+from ci.trees.manifest import Trees
 from ci.trees.treediff import REMOVED, FileChange, differences
 
 ENTRY_MODULE = "vllm.model_executor.layers.fused_moe.experts.marlin_moe"

@@ -21,8 +21,9 @@ import json
 
 import pytest
 
-from ci.trees.build import CHANGES_DIR, BuildOptions, Release, build_trees
+from ci.trees.build import CHANGES_DIR, BuildOptions, build_trees
 from ci.trees.contracts import load_contract
+from ci.trees.release import Release
 from ci.trees.variants import load_candidate
 from tests.ep_marlin import batched_harness as bh
 from tests.ep_marlin import cpu_harness as h

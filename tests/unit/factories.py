@@ -19,7 +19,7 @@ from ci.core.results import BenchResults, CaseResult
 from ci.kernel import subject as kernel_subject
 from ci.kernel.bench import suite_cases
 from ci.serving import subject as serving_subject
-from ci.trees import build
+from ci.trees import release
 from ci.trees.variants import ENTRY_MODULE
 
 GPU = {"driver": "580", "count": 1, "gpus": [{"name": "NVIDIA H200", "index": 0}]}
@@ -64,30 +64,30 @@ def make_results(ratio_by_case: dict[str, float], *, n: int = 50, seed: int = 0,
     return BenchResults(kind=SYNTHETIC, suite=suite, provenance=dict(PROVENANCE), settings=settings, cases=cases)
 
 
-def blocked_results(ratio_by_block: list[float], rounds: int = 3, case_ratio: float = 1.0) -> BenchResults:
-    """One case timed in len(ratio_by_block) blocks: block b's capture makes the candidate ratio_by_block[b] slow."""
-    r = make_results({"a": case_ratio}, n=len(ratio_by_block) * rounds)
+def captured_results(ratio_by_capture: list[float], rounds: int = 3, case_ratio: float = 1.0) -> BenchResults:
+    """One case timed in len(ratio_by_capture) captures: capture b makes the candidate ratio_by_capture[b] slow."""
+    r = make_results({"a": case_ratio}, n=len(ratio_by_capture) * rounds)
     case = r.cases[0]
-    ids = [b for b in range(len(ratio_by_block)) for _ in range(rounds)]
-    case.samples["candidate"] = [x * ratio_by_block[b] for x, b in zip(case.samples["candidate"], ids, strict=True)]
-    case.extra["blocks"] = {"base": ids, "candidate": list(ids)}
+    ids = [b for b in range(len(ratio_by_capture)) for _ in range(rounds)]
+    case.samples["candidate"] = [x * ratio_by_capture[b] for x, b in zip(case.samples["candidate"], ids, strict=True)]
+    case.extra["captures"] = {"base": ids, "candidate": list(ids)}
     return r
 
 
-def kernel_results(suite: str = "quick", *, blocks: int = 6, rounds: int = 3, ratio: float = 1.0,
+def kernel_results(suite: str = "quick", *, captures: int = 6, rounds: int = 3, ratio: float = 1.0,
                    case_filter: str | None = None, seed: int = 0) -> BenchResults:  # fmt: skip
     """A kernel-bench file as the bench writes it: every case of ``suite`` (less ``case_filter``), each timed
-    in ``blocks`` captures of ``rounds`` rounds, with the correctness check it records."""
+    in ``captures`` captures of ``rounds`` rounds, with the correctness check it records."""
     rng = random.Random(seed)
     cases = []
     for bench_case in suite_cases(suite, case_filter):
-        ids = [b for b in range(blocks) for _ in range(rounds)]
+        ids = [b for b in range(captures) for _ in range(rounds)]
         base = [100 * math.exp(rng.gauss(0, 0.003)) for _ in ids]
         cases.append(CaseResult(
             id=bench_case.id, unit="us/call",
             samples={"base": base, "candidate": [ratio * x * math.exp(rng.gauss(0, 0.003)) for x in base]},
             info={"block_size_m": {"base": 16, "candidate": 16}, "ep": bench_case.ep},
-            extra={"blocks": {"base": ids, "candidate": list(ids)}, "correctness": {"ok": True, "rel_l2": 0.0}},
+            extra={"captures": {"base": ids, "candidate": list(ids)}, "correctness": {"ok": True, "rel_l2": 0.0}},
         ))  # fmt: skip
     settings = {"expected_cases": [c.id for c in cases], "complete": True, "case_filter": case_filter,
                 "aa": False, "failed_cases": {}}  # fmt: skip
@@ -112,7 +112,7 @@ def diff(path: str, old: str, new: str) -> str:
 ENTRY = ENTRY_MODULE.replace(".", "/") + ".py"
 
 
-def make_release(root: Path, text: str = BEFORE, version: str = "9.9.9") -> build.Release:
+def make_release(root: Path, text: str = BEFORE, version: str = "9.9.9") -> release.Release:
     """A release of two modules: the gate's entry module (marlin_moe), which imports ``vllm/layers/mod.py``."""
     (root / "vllm" / "layers").mkdir(parents=True)
     (root / "vllm" / "__init__.py").write_text("")
@@ -121,7 +121,7 @@ def make_release(root: Path, text: str = BEFORE, version: str = "9.9.9") -> buil
     (root / "vllm" / "_C.abi3.so").write_bytes(b"\x7fELF kernels")
     (root / ENTRY).parent.mkdir(parents=True)
     (root / ENTRY).write_text("from vllm.layers import mod\n")
-    return build.Release(version=version, root=root, source="test")
+    return release.Release(version=version, root=root, source="test")
 
 
 def plain_diff(path: str, old: str, new: str) -> str:

@@ -1,5 +1,5 @@
-"""The kernel bench's schedule without a GPU: each case is timed in blocks (fresh inputs, an address
-shift, fresh captures in a random order), builds alternating A B, B A within a block."""
+"""The kernel bench's schedule without a GPU: each case is timed in captures (fresh inputs, an address
+shift, fresh captures in a random order), builds alternating A B, B A within a capture."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ class FakeRunner:
     def __init__(self):
         self.events: list[tuple] = []
 
-    def start_block(self, block, pad_bytes):
-        self.events.append(("block", block, pad_bytes))
+    def start_capture(self, capture, pad_bytes):
+        self.events.append(("start", capture, pad_bytes))
         return object()
 
     def capture(self, module, forced_bm=None, sleep_cycles=None):
@@ -41,47 +41,47 @@ class FakeRunner:
         return float(sum(e[0] == "time" for e in self.events))
 
 
-def _run(monkeypatch, repeats, blocks):
+def _run(monkeypatch, repeats, captures):
     monkeypatch.setattr(bench, "check_outputs_agree", lambda *a: {"ok": True})
     monkeypatch.setattr(bench, "picked_block_size", lambda runner, module: 8)
     runner = FakeRunner()
     variants = (SimpleNamespace(name="base", marlin_moe="base"), SimpleNamespace(name="candidate", marlin_moe="cand"))
-    return runner, bench.run_case(runner, variants, repeats=repeats, blocks=blocks)
+    return runner, bench.run_case(runner, variants, repeats=repeats, captures=captures)
 
 
-def test_each_block_recaptures_both_builds_in_its_own_order(monkeypatch):
-    runner, result = _run(monkeypatch, repeats=12, blocks=6)
-    plan = bench.block_plan(FakeRunner.case.id, 6)
+def test_each_capture_recaptures_both_builds_in_its_own_order(monkeypatch):
+    runner, result = _run(monkeypatch, repeats=12, captures=6)
+    plan = bench.capture_plan(FakeRunner.case.id, 6)
     timed = [e for e in runner.events if not str(e[1]).startswith("bm")]  # the regret sweep comes after
-    per_block, current = [], None
+    per_capture, current = [], None
     for e in timed:
-        if e[0] == "block":
+        if e[0] == "start":
             current = []
-            per_block.append(current)
+            per_capture.append(current)
         else:
             current.append(e)
-    assert len(per_block) == 6
-    for (order, _pad), events in zip(plan, per_block, strict=True):
+    assert len(per_capture) == 6
+    for (order, _pad), events in zip(plan, per_capture, strict=True):
         names = {"base": "base", "candidate": "cand"}
         first, second = (names[o] for o in order)
-        assert events[:2] == [("capture", first), ("capture", second)], "fresh captures, in the block's order"
+        assert events[:2] == [("capture", first), ("capture", second)], "fresh captures, in the capture's order"
         assert [e[1] for e in events[2:]] == [first, second, second, first]  # 2 rounds, alternating
     assert {order for order, _ in plan} == {("base", "candidate"), ("candidate", "base")}
     assert len({pad for _, pad in plan}) > 1 and all(pad % 256 == 0 and pad > 0 for _, pad in plan)
-    assert result.extra["blocks"] == {"base": [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5],
+    assert result.extra["captures"] == {"base": [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5],
                                       "candidate": [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]}  # fmt: skip
     assert len(result.samples["base"]) == len(result.samples["candidate"]) == 12
 
 
-def test_block_plan_is_reproducible_per_case_and_differs_between_cases():
-    assert bench.block_plan("a", 30) == bench.block_plan("a", 30)
-    assert bench.block_plan("a", 30) != bench.block_plan("b", 30)
-    firsts = [order[0] for order, _ in bench.block_plan("deepseek-v3/ep8/tpr8/gptq-int4-g128/bf16", 30)]
-    assert 8 <= firsts.count("base") <= 22, "each build goes first in about half the blocks"
+def test_capture_plan_is_reproducible_per_case_and_differs_between_cases():
+    assert bench.capture_plan("a", 30) == bench.capture_plan("a", 30)
+    assert bench.capture_plan("a", 30) != bench.capture_plan("b", 30)
+    firsts = [order[0] for order, _ in bench.capture_plan("deepseek-v3/ep8/tpr8/gptq-int4-g128/bf16", 30)]
+    assert 8 <= firsts.count("base") <= 22, "each build goes first in about half the captures"
 
 
 def test_sample_i_of_each_build_comes_from_the_same_pair(monkeypatch):
-    _, result = _run(monkeypatch, repeats=4, blocks=1)
+    _, result = _run(monkeypatch, repeats=4, captures=1)
     s = result.samples
     assert sorted(s["base"] + s["candidate"]) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
     assert all(abs(b - c) in (1.0, 3.0) for b, c in zip(s["base"], s["candidate"], strict=True))
@@ -106,7 +106,7 @@ def test_an_injected_slowdown_sleeps_in_the_candidates_graphs_only(monkeypatch):
     runner = SleepyRunner()
     same = SimpleNamespace(name="base", marlin_moe="base"), SimpleNamespace(name="candidate", marlin_moe="base")
     sleep = {"cycles_per_us": 2000.0, "empty_sleep_us": 1.0}  # per graph: 0.1 us a call
-    result = bench.run_case(runner, same, repeats=12, blocks=6, block_size_repeats=0, inject=0.035, sleep=sleep)
+    result = bench.run_case(runner, same, repeats=12, captures=6, block_size_repeats=0, inject=0.035, sleep=sleep)
     injected = result.extra["injected"]
     assert injected["pilot_base_us"] == 100.0 and injected["smallest_fraction"] == pytest.approx(0.001)
     assert injected["sleep_cycles"] == round((3.5 - 0.1) * bench.CALLS_PER_GRAPH * 2000)
@@ -122,7 +122,7 @@ def test_an_injected_slowdown_needs_an_aa_run_and_a_sleep_rate(monkeypatch):
     monkeypatch.setattr(bench, "picked_block_size", lambda runner, module: 8)
     variants = (SimpleNamespace(name="base", marlin_moe="base"), SimpleNamespace(name="candidate", marlin_moe="c"))
     with pytest.raises(UsageError, match="A/A run"):
-        bench.run_case(SleepyRunner(), variants, repeats=6, blocks=6, inject=0.02, sleep={"cycles_per_us": 1.0})
+        bench.run_case(SleepyRunner(), variants, repeats=6, captures=6, inject=0.02, sleep={"cycles_per_us": 1.0})
     with pytest.raises(UsageError, match="pass --aa too"):
         bench.check_plan(30, 90, inject=0.02, aa=False)
     with pytest.raises(UsageError, match=r"between 0 and 0\.5"):

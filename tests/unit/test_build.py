@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from ci.core import jsonio
 from ci.core.errors import DataError, PatchError, UsageError
 from ci.trees import build
+from ci.trees import manifest as tree_manifest
+from ci.trees import release as vllm_release
 from ci.trees.variants import ENTRY_MODULE
 from tests.unit.factories import AFTER, BEFORE, ENTRY, MOD, diff, make_release, plain_diff
 
@@ -31,14 +34,14 @@ def test_forward_build_patches_candidate_only(tmp_path, patch_file):
     manifest = json.loads(trees.manifest_path.read_text())
     assert manifest["kind"] == "vllm-trees" and manifest["schema_version"] == 2
     assert manifest["vllm_version"] == "9.9.9" and manifest["reverse"] is False
-    assert manifest["patch_sha256"] == build.sha256_file(patch_file)
+    assert manifest["patch_sha256"] == jsonio.sha256_file(patch_file)
     (change,) = manifest["changed_files"]
     assert change["path"] == MOD
-    assert change["sha256_before"] == build.sha256_file(trees.base / MOD)
-    assert change["sha256_after"] == build.sha256_file(trees.candidate / MOD)
+    assert change["sha256_before"] == jsonio.sha256_file(trees.base / MOD)
+    assert change["sha256_after"] == jsonio.sha256_file(trees.candidate / MOD)
     assert change["sha256_before"] != change["sha256_after"]
     assert set(manifest["tools"]) >= {"python", "git"}
-    assert build.load_trees(trees.manifest_path).manifest == trees.manifest
+    assert tree_manifest.load_trees(trees.manifest_path).manifest == trees.manifest
 
 
 def test_reverse_build_removes_patch_for_base(tmp_path, patch_file):
@@ -102,7 +105,7 @@ def test_missing_patch_and_bad_version_are_usage_errors(tmp_path):
     with pytest.raises(UsageError, match="no such file"):
         build.build_trees(build.BuildOptions(patch=tmp_path / "nope.patch"))
     with pytest.raises(UsageError, match="'latest'"):
-        build.resolve_release("latest", tmp_path)
+        vllm_release.resolve_release("latest", tmp_path)
 
 
 def test_not_a_patch_is_refused(tmp_path):
@@ -127,13 +130,13 @@ def test_load_trees_refuses_corrupt_and_foreign_files(tmp_path):
     bad = tmp_path / "manifest.json"
     bad.write_text("{not json")
     with pytest.raises(DataError, match="not valid JSON"):
-        build.load_trees(bad)
+        tree_manifest.load_trees(bad)
     bad.write_text(json.dumps({"kind": "vllm-trees", "schema_version": 99}))
     with pytest.raises(DataError, match="schema_version=99"):
-        build.load_trees(bad)
+        tree_manifest.load_trees(bad)
     bad.write_text(json.dumps({"kind": "kernel-bench", "schema_version": 1}))
     with pytest.raises(DataError, match="expected a 'vllm-trees' file"):
-        build.load_trees(bad)
+        tree_manifest.load_trees(bad)
 
 
 def test_installed_version_read_without_import(tmp_path, monkeypatch):
@@ -142,9 +145,9 @@ def test_installed_version_read_without_import(tmp_path, monkeypatch):
     make_release(tmp_path / "site", version="1.2.3")
     site = str(tmp_path / "site")  # look only there, whatever this process imported already
     monkeypatch.setattr(
-        build.importlib.util, "find_spec", lambda n: importlib.machinery.PathFinder.find_spec(n, [site])
+        vllm_release.importlib.util, "find_spec", lambda n: importlib.machinery.PathFinder.find_spec(n, [site])
     )
-    release = build.locate_installed()
+    release = vllm_release.locate_installed()
     assert release.version == "1.2.3" and release.root == (tmp_path / "site").resolve()
 
 
@@ -158,7 +161,7 @@ def test_shipped_patch_is_the_pr_hunk():
 @pytest.mark.network
 def test_shipped_patch_reverse_applies_to_vllm_0_26_0(tmp_path):
     """Upstream 0.26.0 contains the hunk: the patch reverse-applies to its file (wheel from the index)."""
-    release = build.fetch_release("0.26.0", build.GATE_DIR / "cache")
+    release = vllm_release.fetch_release("0.26.0", build.GATE_DIR / "cache")
     opts = build.BuildOptions(patch=build.DEFAULT_PATCH, out=tmp_path / "out", reverse=True)
     trees = build.build_trees(opts, release=release)
     text = (trees.base / trees.manifest.changed_files[0].path).read_text()
@@ -187,7 +190,7 @@ def test_a_dependency_the_release_imports_is_one_clear_error(tmp_path, monkeypat
     patch.write_text(diff(MOD, BEFORE, AFTER))
     trees = build.build_trees(build.BuildOptions(patch=patch, out=tmp_path / "trees"), release=release)
     code = (
-        "import sys; from ci.trees.build import load_trees\n"
+        "import sys; from ci.trees.manifest import load_trees\n"
         "from ci.trees.variants import put_base_first, check_base_importable\n"
         f"t = load_trees(__import__('pathlib').Path({str(trees.manifest_path)!r})); put_base_first(t)\n"
         "from ci.core.cli import run_main\nsys.exit(run_main(lambda argv: check_base_importable(t) and 0, []))\n"
@@ -234,7 +237,7 @@ DEFAULT_CONTRACT = "marlin-ep-m-estimate/contract.py"
 ALIGN = "vllm/layers/align.py"  # a second module the entry imports (as marlin_moe imports moe_align_block_size)
 
 
-def _release_with(root: Path, files: dict[str, str], entry: str) -> build.Release:
+def _release_with(root: Path, files: dict[str, str], entry: str) -> vllm_release.Release:
     release = make_release(root)
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -341,7 +344,8 @@ def test_the_sessions_take_the_stages_source_options_and_pass_on_exactly_those_g
     from ci.trees.sessionargs import parse_session_args
 
     args = parse_session_args(["--patch", "p.patch", "--contract", "none", "--reverse", "-n", "4", "--out", "o"])
-    assert args.build_argv == ("--vllm", build.DEFAULT_VLLM, "--patch", "p.patch", "--contract", "none", "--reverse")
+    expected = ("--vllm", vllm_release.DEFAULT_VLLM, "--patch", "p.patch", "--contract", "none", "--reverse")
+    assert args.build_argv == expected
     assert args.rest == ("-n", "4") and args.out == "o"
     flags = [a.option_strings[0] for a in build.add_source_arguments(argparse.ArgumentParser())]
     for flag in flags:

@@ -14,7 +14,7 @@ from ci.core.errors import DataError, ExitCode, UsageError
 from ci.core.results import BenchResults, CaseResult, load_results
 from ci.kernel import subject as kernel_subject
 from tests.unit.factories import GPU, kernel_results, make_results, saved
-from tests.unit.factories import blocked_results as _blocked_results
+from tests.unit.factories import captured_results as _captured_results
 
 V = stats.Verdict
 
@@ -143,7 +143,7 @@ def test_h200_tpot_ab_of_six_launch_pairs_passes_with_its_interval_over_the_pair
     verdict = json.loads((tmp_path / "ab" / "verdict.json").read_text())
     (case,) = verdict["cases"]
     assert (round(case["effect"]["ci_low"], 3), round(case["effect"]["ratio"], 3)) == (0.997, 1.0)
-    assert case["effect"]["method"] == stats.METHOD_BLOCKED and case["effect"]["n_base"] == 12
+    assert case["effect"]["method"] == stats.METHOD_CAPTURES and case["effect"]["n_base"] == 12
     text = (tmp_path / "ab" / "report.md").read_text()
     assert "| 0 | base | 63.1 / 63.0 | 0 (0 s, no) | 7.186 | 7.195 | 1.0012 | 1.0027 |" in text
     assert "| 24 | 5 | candidate | 7.191 | 7.206 |" in text and text.count("| candidate | 7.") == 12
@@ -165,7 +165,7 @@ def test_h200_tpot_runs_of_three_pairs_at_once_and_the_baseline_recorded_from_th
                 ("pr-inject-3.5pct", "candidate"): (V.FAIL, 1.034, 1.044)}  # fmt: skip
     for (name, side), (verdict, low, high) in expected.items():
         (case,) = compare.compare_baseline(load_results(runs / f"{name}.json"), baseline, side, 0.03, 0.95, "B").cases
-        assert case.effect.method == stats.METHOD_BLOCKED_UNPAIRED, (name, side)
+        assert case.effect.method == stats.METHOD_CAPTURES_UNPAIRED, (name, side)
         assert (case.verdict, round(case.effect.ci_low, 3), round(case.effect.ci_high, 3)) == (verdict, low, high)
 
 
@@ -365,136 +365,136 @@ def test_outputs_land_in_a_new_nested_folder_with_nothing_left_behind(tmp_path, 
     assert f"gate: PASS; wrote {out / 'verdict.json'}, report.md, plot.png" in capsys.readouterr().out
 
 
-# blocks: the interval over fresh captures ---------------------------------------------------------
+# captures: the interval over fresh captures ---------------------------------------------------------
 
 
-def test_a_capture_bias_widens_the_blocked_interval_instead_of_failing():
+def test_a_capture_bias_widens_the_captured_interval_instead_of_failing():
     """Half the captures +3.5%, half -3.5% (a layout effect that follows the capture, not the build):
-    per sample the interval is narrow and would sit wherever the one capture fell; over blocks it is wide."""
-    biased = _blocked_results([1.035, 0.965] * 10)
+    per sample the interval is narrow and would sit wherever the one capture fell; over captures it is wide."""
+    biased = _captured_results([1.035, 0.965] * 10)
     (case,) = compare.compare_ab(biased, 0.03, 0.95).cases
-    assert case.effect.method == stats.METHOD_BLOCKED and case.effect.n_base == 60
+    assert case.effect.method == stats.METHOD_CAPTURES and case.effect.n_base == 60
     assert case.effect.ci_low < 1.0 < case.effect.ci_high and case.verdict == V.INCONCLUSIVE
-    steady = _blocked_results([1.06] * 20)
+    steady = _captured_results([1.06] * 20)
     (case,) = compare.compare_ab(steady, 0.03, 0.95).cases
     assert case.verdict == V.FAIL and case.effect.ratio == pytest.approx(1.06, rel=0.01)
 
 
-def test_block_medians_and_their_validation():
-    assert stats.block_medians([1.0, 3.0, 2.0, 10.0], [1, 1, 0, 0]) == [6.0, 2.0]
-    with pytest.raises(ValueError, match="each sample needs its block"):
-        stats.block_medians([1.0], [0, 1])
-    r = _blocked_results([1.0] * 8)
-    r.cases[0].extra["blocks"]["base"].pop()
-    with pytest.raises(DataError, match=r"extra.blocks\['base'\] should give the capture of each of its samples"):
+def test_capture_medians_and_their_validation():
+    assert stats.capture_medians([1.0, 3.0, 2.0, 10.0], [1, 1, 0, 0]) == [6.0, 2.0]
+    with pytest.raises(ValueError, match="each sample needs its capture"):
+        stats.capture_medians([1.0], [0, 1])
+    r = _captured_results([1.0] * 8)
+    r.cases[0].extra["captures"]["base"].pop()
+    with pytest.raises(DataError, match=r"extra.captures\['base'\] should give the capture of each of its samples"):
         compare.compare_ab(r, 0.03, 0.95)
-    one = _blocked_results([1.0] * 1, rounds=10)  # a single block: judged per sample, as one capture
+    one = _captured_results([1.0] * 1, rounds=10)  # a single capture: judged per sample, as one capture
     assert compare.compare_ab(one, 0.03, 0.95).cases[0].effect.method == stats.METHOD_PAIRED
-    e = stats.blocked_effect([1.0] * 8, [1.1] * 8)
+    e = stats.capture_effect([1.0] * 8, [1.1] * 8)
     assert e.ratio == pytest.approx(1.1) and (e.n_base, e.n_candidate) == (8, 8)
-    with pytest.raises(ValueError, match="blocks must pair up"):
-        stats.blocked_effect([1.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="captures must pair up"):
+        stats.capture_effect([1.0], [1.0, 1.0])
     with pytest.raises(ValueError, match="timings must be positive"):
-        stats.blocked_effect([1.0, 0.0], [1.0, 1.0])
+        stats.capture_effect([1.0, 0.0], [1.0, 1.0])
 
 
 def test_too_few_captures_is_incomplete():
-    """The kernel bench times every case in at least ci.kernel.bench.MIN_BLOCKS fresh captures: fewer, or results
+    """The kernel bench times every case in at least ci.kernel.bench.MIN_CAPTURES fresh captures: fewer, or results
     with none recorded, are not its evidence (the synthetic subject of the other tests asks one)."""
-    assert evidence.run_problems(kernel_results(blocks=6)) == []
-    five = kernel_results(blocks=5, rounds=3)
+    assert evidence.run_problems(kernel_results(captures=6)) == []
+    five = kernel_results(captures=5, rounds=3)
     assert evidence.run_problems(five)[:2] == [
         "case deepseek-v3/ep1/tpr8/gptq-int4-g128/bf16: 5 capture(s) of 'base', at least 6 are needed (the interval "
         "is over captures)",
         "case deepseek-v3/ep1/tpr8/gptq-int4-g128/bf16: 5 capture(s) of 'candidate', at least 6 are needed (the "
         "interval is over captures)",
     ]
-    one = kernel_results(blocks=1, rounds=10)
+    one = kernel_results(captures=1, rounds=10)
     for case in one.cases:
-        del case.extra["blocks"]  # one capture, as the bench timed before blocks
+        del case.extra["captures"]  # one capture, as the bench timed before captures
     assert len(evidence.run_problems(one)) == 2 * len(one.cases)
-    assert evidence.run_problems(_blocked_results([1.0] * 2, rounds=5)) == []  # synthetic: one capture is enough
+    assert evidence.run_problems(_captured_results([1.0] * 2, rounds=5)) == []  # synthetic: one capture is enough
 
 
 def test_baseline_mode_compares_captures_with_captures():
-    stored, run = _blocked_results([1.0] * 10), _blocked_results([1.0] * 10)
+    stored, run = _captured_results([1.0] * 10), _captured_results([1.0] * 10)
     (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
-    assert case.effect.method == stats.METHOD_BLOCKED_BASELINE and case.effect.n_base == 30 and not case.notes
-    run.cases[0].extra["blocks"]["candidate"] = [b + 10 for b in run.cases[0].extra["blocks"]["candidate"]]
+    assert case.effect.method == stats.METHOD_CAPTURES_BASELINE and case.effect.n_base == 30 and not case.notes
+    run.cases[0].extra["captures"]["candidate"] = [b + 10 for b in run.cases[0].extra["captures"]["candidate"]]
     (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
-    assert case.effect.method == stats.METHOD_BLOCKED_UNPAIRED and case.effect.n_base == 30, "other blocks: unpaired"
+    assert case.effect.method == stats.METHOD_CAPTURES_UNPAIRED and case.effect.n_base == 30, "other captures: unpaired"
     legacy = make_results({"a": 1.0})
     (case,) = compare.compare_baseline(run, legacy, "candidate", 0.03, 0.95, "B").cases
     assert case.effect.method == stats.METHOD_UNPAIRED
     assert case.notes == ["one side was timed in one capture: the interval leaves the capture error out"]
 
 
-def test_baseline_mode_pairs_block_b_with_the_baselines_block_b():
-    """Block b draws the same inputs in every run (seeded by case and b): a block-to-block spread of the work
+def test_baseline_mode_pairs_capture_b_with_the_baselines_capture_b():
+    """Capture b draws the same inputs in every run (seeded by case and b): a capture-to-capture spread of the work
     (here 0.8x-1.2x) cancels in the pairs, so an unchanged build passes with a narrow interval, and a +5% FAILs."""
     spread = [0.8 + 0.4 * b / 9 for b in range(10)]
-    stored = _blocked_results([1.0] * 10)
+    stored = _captured_results([1.0] * 10)
     for side in ("base", "candidate"):
-        ids = stored.cases[0].extra["blocks"][side]
+        ids = stored.cases[0].extra["captures"][side]
         stored.cases[0].samples[side] = [x * spread[b] for x, b in zip(stored.cases[0].samples[side], ids, strict=True)]
-    same, slower = _blocked_results([1.0] * 10), _blocked_results([1.05] * 10)
+    same, slower = _captured_results([1.0] * 10), _captured_results([1.05] * 10)
     for run in (same, slower):
-        run.cases[0].samples = {k: [x * spread[b] for x, b in zip(v, run.cases[0].extra["blocks"][k], strict=True)]
+        run.cases[0].samples = {k: [x * spread[b] for x, b in zip(v, run.cases[0].extra["captures"][k], strict=True)]
                                 for k, v in run.cases[0].samples.items()}  # fmt: skip
     (ok,) = compare.compare_baseline(same, stored, "base", 0.03, 0.95, "B").cases
     assert ok.verdict == V.PASS and ok.effect.ci_high - ok.effect.ci_low < 0.01
     (bad,) = compare.compare_baseline(slower, stored, "candidate", 0.03, 0.95, "B").cases
     assert bad.verdict == V.FAIL and bad.effect.ratio == pytest.approx(1.05, abs=0.005)
-    medians = [stats.block_medians(r.cases[0].samples["base"], r.cases[0].extra["blocks"]["base"])
+    medians = [stats.capture_medians(r.cases[0].samples["base"], r.cases[0].extra["captures"]["base"])
                for r in (stored, same)]  # fmt: skip
     unpaired = stats.unpaired_effect(*medians)
     assert unpaired.ci_high - unpaired.ci_low > 0.1, "without the pairing the spread of the work hides everything"
 
 
-def test_blocked_verdicts_carry_their_options_and_judge_every_case():
-    first, second = _blocked_results([1.0] * 10), _blocked_results([1.10] * 10)
+def test_captured_verdicts_carry_their_options_and_judge_every_case():
+    first, second = _captured_results([1.0] * 10), _captured_results([1.10] * 10)
     first.cases.append(second.cases[0])
     first.cases[1].id = "b"
     first.settings["expected_cases"] = ["a", "b"]
     gate = compare.compare_ab(first, 0.03, 0.99)
     assert [c.verdict for c in gate.cases] == [V.PASS, V.FAIL] and gate.overall == V.FAIL
     assert all((c.effect.confidence, c.effect.n_base, c.effect.n_candidate) == (0.99, 30, 30) for c in gate.cases)
-    stored = _blocked_results([1.0] * 10)
-    stored.cases.append(_blocked_results([1.0] * 10).cases[0])
+    stored = _captured_results([1.0] * 10)
+    stored.cases.append(_captured_results([1.0] * 10).cases[0])
     stored.cases[1].id = "b"
     bl = compare.compare_baseline(first, stored, "candidate", 0.03, 0.99, "B")
     assert [c.verdict for c in bl.cases] == [V.PASS, V.FAIL]
     assert all((c.effect.confidence, c.effect.n_base, c.effect.n_candidate) == (0.99, 30, 30) for c in bl.cases)
 
 
-def test_blocks_that_do_not_match_are_a_data_error():
-    two = _blocked_results([1.0, 1.0], rounds=6)  # two blocks: timed in blocks (and too few of them)
-    assert compare.compare_ab(two, 0.03, 0.95).cases[0].effect.method == stats.METHOD_BLOCKED
-    r = _blocked_results([1.0] * 8)
-    r.cases[0].extra["blocks"] = [0, 1]
-    with pytest.raises(DataError, match=r"extra.blocks\['base'\]"):
+def test_captures_that_do_not_match_are_a_data_error():
+    two = _captured_results([1.0, 1.0], rounds=6)  # two captures: timed in captures (and too few of them)
+    assert compare.compare_ab(two, 0.03, 0.95).cases[0].effect.method == stats.METHOD_CAPTURES
+    r = _captured_results([1.0] * 8)
+    r.cases[0].extra["captures"] = [0, 1]
+    with pytest.raises(DataError, match=r"extra.captures\['base'\]"):
         compare.compare_ab(r, 0.03, 0.95)
-    r = _blocked_results([1.0] * 8)
-    r.cases[0].extra["blocks"]["candidate"] = [0] * 24  # the candidate in one block, the base in eight
-    with pytest.raises(DataError, match="timed in different blocks"):
+    r = _captured_results([1.0] * 8)
+    r.cases[0].extra["captures"]["candidate"] = [0] * 24  # the candidate in one capture, the base in eight
+    with pytest.raises(DataError, match="timed in different captures"):
         compare.compare_ab(r, 0.03, 0.95)
     for base, cand in (([1.0, 0.0], [1.0, 1.0]), ([1.0, 1.0], [1.0, -1.0])):
         with pytest.raises(ValueError, match=r"^timings must be positive$"):
-            stats.blocked_effect(base, cand)
+            stats.capture_effect(base, cand)
 
 
-def test_within_blocks_takes_out_the_differences_between_blocks():
-    samples, blocks = [100.0, 102.0, 98.0, 200.0, 204.0, 196.0], [0, 0, 0, 1, 1, 1]
-    assert stats.within_blocks(samples, blocks) == pytest.approx([1.0, 1.02, 0.98, 1.0, 1.02, 0.98])
+def test_within_captures_takes_out_the_differences_between_captures():
+    samples, captures = [100.0, 102.0, 98.0, 200.0, 204.0, 196.0], [0, 0, 0, 1, 1, 1]
+    assert stats.within_captures(samples, captures) == pytest.approx([1.0, 1.02, 0.98, 1.0, 1.02, 0.98])
 
 
-def test_the_noise_note_of_blocked_results_looks_inside_the_blocks():
-    """Blocks differ by design (fresh inputs each): a 2x spread between blocks is no noise; within one it is."""
+def test_the_noise_note_of_captured_results_looks_inside_the_captures():
+    """Captures differ by design (fresh inputs each): a 2x spread between captures is no noise; within one it is."""
     base = [100.0, 101.0, 99.0, 200.0, 202.0, 198.0] * 2
     ids = [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
     case = CaseResult(id="a", unit="us", samples={"base": base, "candidate": list(base)},
-                      extra={"blocks": {"base": ids, "candidate": ids}})  # fmt: skip
-    assert compare.noise_notes(base) != [], "over all samples the blocks look like noise"
+                      extra={"captures": {"base": ids, "candidate": ids}})  # fmt: skip
+    assert compare.noise_notes(base) != [], "over all samples the captures look like noise"
     assert compare.noise_notes(compare.capture_jitter(case, "base")) == []
     noisy = [100.0, 120.0, 80.0, 200.0, 240.0, 160.0] * 2
     case.samples["candidate"] = noisy
@@ -506,33 +506,34 @@ def test_the_noise_note_of_blocked_results_looks_inside_the_blocks():
     assert gate.cases[0].notes == ["IQR is 40% of the median: the machine was noisy"]
 
 
-def test_jitter_normalizes_only_well_formed_multi_block_series():
+def test_jitter_normalizes_only_well_formed_multi_capture_series():
     case = CaseResult(id="a", unit="us", samples={"base": [1.0, 2.0, 3.0, 4.0]})
-    assert compare.capture_jitter(case, "base") == [1.0, 2.0, 3.0, 4.0], "no blocks: the samples"
-    case.extra["blocks"] = {"base": [0, 0, 0, 0]}
-    assert compare.capture_jitter(case, "base") == [1.0, 2.0, 3.0, 4.0], "one block: the samples"
-    case.extra["blocks"] = {"base": [0, 1, 0]}
+    assert compare.capture_jitter(case, "base") == [1.0, 2.0, 3.0, 4.0], "no captures: the samples"
+    case.extra["captures"] = {"base": [0, 0, 0, 0]}
+    assert compare.capture_jitter(case, "base") == [1.0, 2.0, 3.0, 4.0], "one capture: the samples"
+    case.extra["captures"] = {"base": [0, 1, 0]}
     with pytest.raises(DataError, match="should give the capture of each of its samples"):
         compare.capture_jitter(case, "base")  # ids that do not fit the samples: an error, as everywhere
-    case.extra["blocks"] = {"base": [0, 0, 1, 1]}
-    assert compare.capture_jitter(case, "base") == pytest.approx([2 / 3, 4 / 3, 6 / 7, 8 / 7]), "two blocks: normalized"
+    case.extra["captures"] = {"base": [0, 0, 1, 1]}
+    two = compare.capture_jitter(case, "base")
+    assert two == pytest.approx([2 / 3, 4 / 3, 6 / 7, 8 / 7]), "two captures: normalized"
 
 
-def test_baseline_mode_notes_look_inside_blocks_and_the_fallback_keeps_its_options():
-    stored, run = _blocked_results([1.0] * 10), _blocked_results([1.0] * 10)
-    ids = run.cases[0].extra["blocks"]["candidate"]
+def test_baseline_mode_notes_look_inside_captures_and_the_fallback_keeps_its_options():
+    stored, run = _captured_results([1.0] * 10), _captured_results([1.0] * 10)
+    ids = run.cases[0].extra["captures"]["candidate"]
     run.cases[0].samples["candidate"] = [x * (1 + 0.2 * b) for x, b in zip(run.cases[0].samples["candidate"], ids,
                                                                          strict=True)]  # fmt: skip
     (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
-    assert not [n for n in case.notes if "IQR" in n], "a spread between blocks is no noise"
-    run.cases[0].extra["blocks"]["candidate"] = [b + 10 for b in ids]  # other blocks: the unpaired fallback
+    assert not [n for n in case.notes if "IQR" in n], "a spread between captures is no noise"
+    run.cases[0].extra["captures"]["candidate"] = [b + 10 for b in ids]  # other captures: the unpaired fallback
     (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.8, "B").cases
-    assert case.effect.method == stats.METHOD_BLOCKED_UNPAIRED and case.effect.confidence == 0.8
+    assert case.effect.method == stats.METHOD_CAPTURES_UNPAIRED and case.effect.confidence == 0.8
     assert (case.effect.n_base, case.effect.n_candidate) == (30, 30)
 
 
 def test_baseline_picks_when_a_side_recorded_none():
-    stored, run = _blocked_results([1.0] * 10), _blocked_results([1.0] * 10)
+    stored, run = _captured_results([1.0] * 10), _captured_results([1.0] * 10)
     (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
     assert case.annotations["block_size_m"] == {"baseline": 16, "this run": 16}
     del stored.cases[0].info["block_size_m"]

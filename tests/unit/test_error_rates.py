@@ -35,7 +35,7 @@ def test_levels_pool_their_runs_and_give_shares():
 def test_the_table_puts_the_simulation_beside_the_measurement():
     rows = [rates.summarize("inject-3.5pct", 0.035, _gate({"a": 1.035, "b": 1.0}), 3)]
     payload = {"gpu": "NVIDIA H200", "runs": rows, "pooled": rates.pooled(rows),
-               "settings": {"suite": "default", "blocks": 30, "repeats": 90, "threshold": 0.03},
+               "settings": {"suite": "default", "captures": 30, "repeats": 90, "threshold": 0.03},
                "simulated": {"0.035": {"PASS": 0.0, "INCONCLUSIVE": 0.07, "FAIL": 0.93}}}  # fmt: skip
     text = error_rates.markdown(payload)
     assert "| +3.5% injected | 1 | 2 | 50.0% |" in text and "FAIL in at least 90%" in text
@@ -52,7 +52,7 @@ def test_run_names():
         (["--inject", "0.02,x"], "fractions separated by commas"),
         (["--inject", "0.02,0.7"], r"each slowdown is a fraction in \(0, 0.5\]"),
         (["--aa-runs", "-1"], "--aa-runs -1"),
-        (["--blocks", "3"], "at least 6 blocks"),
+        (["--captures", "3"], "at least 6 captures"),
         (["--cases", "nothing/*"], "matches no case"),
     ],
 )

@@ -91,3 +91,26 @@ def test_a_file_of_another_kind_is_not_results(tmp_path):
     assert {"kernel-bench", "tpot-bench"} <= set(subjects.kinds())
     with pytest.raises(DataError, match="expected a 'tpot-bench' file"):
         load_results(saved(make_results({"a": 1.0}), tmp_path / "k.json"), kind="tpot-bench")
+
+
+def test_a_version_1_file_is_read_with_its_blocks_as_captures(tmp_path):
+    """Version 1 called a sample's capture its block; such a file (every committed run before version 2) is
+    read as version 2, and a version the gate does not know is refused."""
+    results = make_results({"a": 1.0}, n=4)
+    payload = results.to_json()
+    payload["schema_version"] = 1
+    payload["settings"].update({"blocks": 2, "rounds_per_block": 2})
+    payload["cases"][0]["extra"]["blocks"] = {"base": [0, 0, 1, 1], "candidate": [0, 0, 1, 1]}
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(payload))
+    old = load_results(path)
+    assert old.schema_version == 2 and "blocks" not in old.cases[0].extra
+    assert old.cases[0].extra["captures"] == {"base": [0, 0, 1, 1], "candidate": [0, 0, 1, 1]}
+    assert old.settings["captures"] == 2 and old.settings["rounds_per_capture"] == 2 and "blocks" not in old.settings
+    payload["schema_version"] = 2  # a version-2 file keeps what it says
+    path.write_text(json.dumps(payload))
+    assert load_results(path).cases[0].extra["blocks"] == {"base": [0, 0, 1, 1], "candidate": [0, 0, 1, 1]}
+    payload["schema_version"] = 3
+    path.write_text(json.dumps(payload))
+    with pytest.raises(DataError, match=r"schema_version=3 is not one this gate reads \(1, 2\)"):
+        load_results(path)

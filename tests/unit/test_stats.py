@@ -171,20 +171,19 @@ def test_overall_order_incomplete_and_empty():
     assert stats.overall([]) == V.INCOMPLETE
 
 
-def test_error_rates_with_the_capture_error_flat_and_in_blocks():
+def test_error_rates_with_the_capture_error_flat_and_in_captures():
     """With the capture error measured on the H200s (SD 0.3% a capture, 1 in 63 shifted 2.8%), one capture
-    per build raises false alarms at +2%; 30 blocks x 3 rounds (the bench's default) do not, and catch +3.5%."""
-    from ci.kernel.bench import DEFAULT_BLOCKS, DEFAULT_REPEATS
+    per build raises false alarms at +2%; 30 captures x 3 rounds (the bench's default) do not, and catch +3.5%."""
+    from ci.kernel.bench import DEFAULT_CAPTURES, DEFAULT_REPEATS
 
     kw = {"trials": 400, "capture_sd": stats.SIM_CAPTURE_SD}
     flat2 = stats.simulate(1.02, DEFAULT_REPEATS, seed=21, **kw)
     assert flat2[Verdict.FAIL] + flat2[Verdict.INCONCLUSIVE] > 0.01  # the old method, fooled by one capture
-    blocked = {
-        r: stats.simulate(r, DEFAULT_REPEATS, blocks=DEFAULT_BLOCKS, seed=22, **kw) for r in (1.0, 1.02, 1.035, 1.05)
-    }
-    assert blocked[1.0][Verdict.FAIL] == 0 and blocked[1.02][Verdict.FAIL] == 0
-    assert blocked[1.035][Verdict.FAIL] >= 0.85  # 94% over 2000 trials (README)
-    assert blocked[1.05][Verdict.FAIL] >= 0.99
+    by_capture = {r: stats.simulate(r, DEFAULT_REPEATS, captures=DEFAULT_CAPTURES, seed=22, **kw)
+                  for r in (1.0, 1.02, 1.035, 1.05)}  # fmt: skip
+    assert by_capture[1.0][Verdict.FAIL] == 0 and by_capture[1.02][Verdict.FAIL] == 0
+    assert by_capture[1.035][Verdict.FAIL] >= 0.85  # 94% over 2000 trials (README)
+    assert by_capture[1.05][Verdict.FAIL] >= 0.99
 
 
 # Linear cost, bounded memory (issue 21, item 5) ----------------------------------------------------------

@@ -29,19 +29,20 @@ def test_the_kernel_suite_less_its_filter_is_what_a_complete_run_holds():
     assert str(err.value) == "settings.case_filter: --cases 'nothing/*' matches no case of suite 'default'"
 
 
-def test_captures_come_from_the_blocks_of_each_sample():
+def test_captures_come_from_the_captures_of_each_sample():
     case = kernel_results().cases[0]
     assert subjects.captures(case, "base") == 6
-    del case.extra["blocks"]
+    del case.extra["captures"]
     assert subjects.captures(case, "base") == 1 and subjects.capture_ids(case, "base") is None
-    for blocks in ("junk", {"base": "0"}, {"base": [0] * 17}, {"base": [0.0] * 18}, {"base": [True] * 18}):
-        case.extra["blocks"] = blocks
+    for captures in ("junk", {"base": "0"}, {"base": [0] * 17}, {"base": [0.0] * 18}, {"base": [True] * 18}):
+        case.extra["captures"] = captures
         with pytest.raises(DataError) as err:
             subjects.capture_ids(case, "base")
-        assert str(err.value) == f"case {case.id}: extra.blocks['base'] should give the capture of each of its samples"
-    case.extra["blocks"] = {"other": [0]}
+        expected = f"case {case.id}: extra.captures['base'] should give the capture of each of its samples"
+        assert str(err.value) == expected
+    case.extra["captures"] = {"other": [0]}
     with pytest.raises(DataError, match="should give the capture"):
-        subjects.capture_ids(case, "other")  # blocks for a build without samples
+        subjects.capture_ids(case, "other")  # captures for a build without samples
 
 
 def test_a_kernel_case_without_its_correctness_check_is_no_evidence():
@@ -83,6 +84,19 @@ def _launch_pairs_run():
 def test_the_tpot_launch_pairs_table_matches_its_golden_file():
     text = "\n".join(serving_subject.details(_launch_pairs_run())) + "\n"
     assert text == (DATA / "tpot-launch-pairs-details.md").read_text()
+
+
+def test_the_tpot_launch_pairs_table_says_which_pairs_started_at_once():
+    """The committed H200 A/B of three pairs at once: each row names its group; a pair started alone does not."""
+    results = load_results(ROOT / "reports" / "nvidia-h200-x1" / "tpot-pairs-at-once" / "pr-ab.json")
+    lines = serving_subject.details(results)
+    first = "| 0 | base (pairs 0, 1, 2 at once) | 69.1 / 69.1 | 10 (23 s, no) | 7.213 | 7.218 | 1.0007 | 1.0016 |"
+    last = "| 5 | candidate (pairs 3, 4, 5 at once) | 73.1 / 73.1 | 9 (21 s, no) | 7.183 | 7.202 | 1.0027 | 1.0014 |"
+    assert first in lines and last in lines
+    for rec in results.cases[0].extra["timeline"]["launches"]:
+        rec["started_with"] = [rec["launch"]]
+    alone = "| 0 | base | 69.1 / 69.1 | 10 (23 s, no) | 7.213 | 7.218 | 1.0007 | 1.0016 |"
+    assert alone in serving_subject.details(results)
 
 
 def test_the_tpot_rounds_table_matches_its_golden_file():

@@ -7,7 +7,7 @@ import pytest
 from ci.core import compare, subjects
 from ci.core.subjects import Subject
 from ci.kernel import subject as kernel_subject
-from tests.unit.factories import blocked_results as _blocked_results
+from tests.unit.factories import captured_results as _captured_results
 
 
 def test_a_registered_subject_is_found_by_its_kind_and_others_get_the_plain_one():
@@ -48,12 +48,12 @@ def test_columns_by_mode():
         kernel_subject.columns("other")
 
 
-def test_blocked_ab_and_baseline_cases_carry_the_kernel_annotations():
-    run = _blocked_results([1.0] * 10)
+def test_captured_ab_and_baseline_cases_carry_the_kernel_annotations():
+    run = _captured_results([1.0] * 10)
     (case,) = compare.compare_ab(run, 0.03, 0.95).cases
     assert case.annotations["block_size_m"] == {"base": 64, "candidate": 16}
     assert case.cells["block_size_m (base -> candidate)"] == "64 -> 16"
-    (case,) = compare.compare_baseline(run, _blocked_results([1.0] * 10), "base", 0.03, 0.95, "B").cases
+    (case,) = compare.compare_baseline(run, _captured_results([1.0] * 10), "base", 0.03, 0.95, "B").cases
     assert case.cells == {"block_size_m (baseline -> this run)": "64 -> 64",
                           "regret vs best block size": "best 16: base +48%"}  # fmt: skip
 

@@ -18,7 +18,8 @@ from ci.serving import config as sc
 from ci.serving import launches, tpot
 from ci.serving.client import CLIENTS, BenchClient, parse_bench_result
 from ci.serving.server import Server, free_port
-from ci.trees.build import FileChange, TreeManifest, Trees
+from ci.trees.manifest import TreeManifest, Trees
+from ci.trees.treediff import FileChange
 from tests.unit.factories import fake_tree
 
 HERE = Path(__file__).resolve().parent
@@ -185,7 +186,7 @@ def test_ab_launch_pairs_end_to_end(standin_trees, tmp_path, monkeypatch, mode, 
     assert [r.build for r in rebuilt] == order and [r.launch for r in rebuilt] == [0] * 6 + [1] * 6
     (case,) = results.cases
     assert case.samples == {"base": [10.0] * 6, "candidate": [8.0] * 6}
-    assert case.extra["blocks"] == {"base": [0, 0, 0, 1, 1, 1], "candidate": [0, 0, 0, 1, 1, 1]}
+    assert case.extra["captures"] == {"base": [0, 0, 0, 1, 1, 1], "candidate": [0, 0, 0, 1, 1, 1]}
     assert [r["build"] for r in case.extra["rounds"]] == order
     assert [r["server_itl_ms"] for r in case.extra["rounds"]] == pytest.approx(
         [10 if b == "base" else 8 for b in order]
@@ -210,7 +211,7 @@ def test_ab_launch_pairs_end_to_end(standin_trees, tmp_path, monkeypatch, mode, 
     gate = compare.compare_ab(results, 0.03, 0.95)
     (verdict,) = gate.cases  # the interval is over the 2 launch pairs: too few for a 95% interval
     assert gate.problems == [] and verdict.verdict.name == "INCONCLUSIVE"
-    assert verdict.effect.method == compare.stats.METHOD_BLOCKED and verdict.effect.ratio == pytest.approx(0.8)
+    assert verdict.effect.method == compare.stats.METHOD_CAPTURES and verdict.effect.ratio == pytest.approx(0.8)
 
 
 def test_unknown_model_is_a_usage_error():
@@ -345,7 +346,7 @@ def test_pairs_started_together_share_a_start_and_keep_their_own_rounds(standin_
     (case,) = results.cases
     assert [(r["launch"], r["build"]) for r in case.extra["rounds"]] == [
         (0, "base"), (0, "candidate"), (1, "candidate"), (1, "base"), (2, "base"), (2, "candidate")]  # fmt: skip
-    assert case.extra["blocks"] == {"base": [0, 1, 2], "candidate": [0, 1, 2]}
+    assert case.extra["captures"] == {"base": [0, 1, 2], "candidate": [0, 1, 2]}
     records = case.extra["timeline"]["launches"]
     assert [rec["started_with"] for rec in records] == [[0, 1], [0, 1], [2]]
     assert records[0]["settle"] == records[1]["settle"]  # one settling over the group's four servers
@@ -441,7 +442,7 @@ def test_tpot_error_rates_size_the_sleep_from_the_pilot_and_judge_every_run(stan
     which the stand-in server adds to its TPOT as the real one would (48 calls a step): FAIL; the A/A: PASS."""
     from ci.runner import gpu
     from ci.serving import error_rates
-    from ci.trees import build
+    from ci.trees import manifest
 
     _tiny_profile(monkeypatch, launches=6, rounds=1)
     monkeypatch.setattr(
@@ -452,7 +453,7 @@ def test_tpot_error_rates_size_the_sleep_from_the_pilot_and_judge_every_run(stan
             [gpu.GpuInfo(index=0, name="NVIDIA H200", uuid="u", memory_total_mib=143771, memory_used_mib=0)],
         ),
     )
-    monkeypatch.setattr(build, "load_trees", lambda manifest: standin_trees)
+    monkeypatch.setattr(manifest, "load_trees", lambda path: standin_trees)
     out = tmp_path / "rates"
     argv = ["--manifest", "m.json", "--out", str(out), "--profile", "t", "--aa-runs", "1", "--inject", "0.05"]
     assert error_rates.main(argv) == 0
@@ -565,7 +566,7 @@ def test_the_two_gpu_ab_of_one_launch_pair_is_no_complete_run_now():
     assert case.info["dp"] == 2 and case.info["expert_parallel"] is True
     assert case.info["profile"]["concurrency"] == sc.PROFILES["pr-ep"].concurrency
     # recorded before launch pairs: 8 rounds of each build in one pair, which the evidence rules now refuse
-    assert {len(v) for v in case.samples.values()} == {8} and "blocks" not in case.extra
+    assert {len(v) for v in case.samples.values()} == {8} and "captures" not in case.extra
     from ci.core import evidence
 
     assert "case qwen3-30b-a3b-like/dp2-ep2/pr-ep: 8 sample(s) of 'base', at least 12 are needed" in (

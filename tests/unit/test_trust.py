@@ -13,7 +13,7 @@ import pytest
 from ci.core.cli import run_main
 from ci.core.errors import ExitCode, PatchError, UntrustedError, UsageError
 from ci.runner import jobsummary, trust
-from ci.trees import build, refpatch
+from ci.trees import branch, build, manifest, refpatch
 from tests.unit.factories import make_release
 
 REVIEWED = "a" * 40
@@ -189,7 +189,7 @@ def test_build_from_refs_overlays_the_merge_base_and_records_the_branch(fork, tm
     assert refs["head_sha"] == _git(fork, "rev-parse", "feature").strip() and refs["base"] == "main"
     assert refs["files"] == ["vllm/layers/mod.py"] and refs["left_out"] == ["tests/test_mod.py"]
     assert trees.manifest.patch_path.endswith("change.patch") and "merge-base" in trees.manifest.vllm_source
-    assert build.load_trees(trees.manifest_path).manifest.refs == refs
+    assert manifest.load_trees(trees.manifest_path).manifest.refs == refs
     assert (fork / "vllm" / "layers" / "mod.py").read_text().endswith("uncommitted\n"), "the checkout is untouched"
     again = build.build_trees(opts, release=release)  # the exported folder is the builder's: rebuilt in place
     assert again.manifest.refs == refs
@@ -204,7 +204,7 @@ def test_refs_need_a_checkout_and_make_their_own_patch(fork, tmp_path):
     foreign.mkdir()
     (foreign / "keep.txt").write_text("keep")
     with pytest.raises(UsageError, match="was not made by the builder"):
-        build.export_vllm(fork, "main", foreign)
+        branch.export_vllm(fork, "main", foreign)
     assert (foreign / "keep.txt").read_text() == "keep"
 
 
@@ -261,7 +261,7 @@ def test_symbolic_links_in_the_branch_or_at_the_merge_base_are_refused(fork, tmp
     _commit_on(fork, "main", "vllm/abs.py", lambda p: p.symlink_to("/etc/hostname"))  # at the merge-base
     dest = tmp_path / "export"
     with pytest.raises(PatchError, match=r"vllm/abs.py at main of .* is not a file \(mode 120000"):
-        build.export_vllm(fork, "main", dest)
+        branch.export_vllm(fork, "main", dest)
     assert not dest.exists()
 
 
@@ -278,7 +278,7 @@ def test_the_export_takes_blobs_as_stored_not_as_gitattributes_say(fork, tmp_pat
     (fork / ".gitattributes").write_text("vllm/layers/mod.py export-ignore\n")
     _git(fork, "add", ".")
     _git(fork, "commit", "-qm", "attributes")
-    build.export_vllm(fork, "main", tmp_path / "export")
+    branch.export_vllm(fork, "main", tmp_path / "export")
     assert (tmp_path / "export" / "vllm" / "layers" / "mod.py").read_text() == "def pick(m):\n    return m\n"
 
 
@@ -320,11 +320,11 @@ def test_a_stage_killed_by_a_signal_is_named_for_it_never_fail(capsys):
 def test_the_default_base_ref_is_the_first_the_checkout_has_or_a_clear_error(fork):
     """`--base-ref origin/main` failed with a raw git error in a fork clone."""
     with pytest.raises(UsageError, match=r"none of v0.25.1, origin/main, upstream/main is a commit there"):
-        build.default_base_ref(fork, "0.25.1")
+        branch.default_base_ref(fork, "0.25.1")
     _git(fork, "update-ref", "refs/remotes/upstream/main", "main")  # a fork clone: vLLM is "upstream"
-    assert build.default_base_ref(fork, "0.25.1") == "upstream/main"
+    assert branch.default_base_ref(fork, "0.25.1") == "upstream/main"
     _git(fork, "tag", "v0.25.1", "main")
-    assert build.default_base_ref(fork, "0.25.1") == "v0.25.1"
-    assert build.default_base_ref(fork, "installed") == "upstream/main"
+    assert branch.default_base_ref(fork, "0.25.1") == "v0.25.1"
+    assert branch.default_base_ref(fork, "installed") == "upstream/main"
     with pytest.raises(UsageError, match=r"--base-ref origin/main: not a commit of .* try upstream/main"):
         refpatch.make_patch(fork, "origin/main", "feature")

@@ -24,7 +24,7 @@ from ci.core.cli import run_main
 from ci.core.errors import DataError, ExitCode, IncompleteEvidenceError, PatchError, ServerError, UsageError
 from ci.core.jsonio import sha256_file
 from ci.core.results import CaseResult, load_results
-from ci.trees import build, patching
+from ci.trees import build, manifest, patching
 from tests.unit.factories import BEFORE, MOD, diff, kernel_results, make_release, make_results, saved
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -291,7 +291,7 @@ def test_failed_patch_keeps_the_previous_trees(tmp_path, patch_file):
     broken.write_text(diff(MOD, BEFORE.replace("LIMIT = 3", "LIMIT = 4"), BEFORE.replace("LIMIT = 3", "LIMIT = 5")))
     with pytest.raises(PatchError):
         build.build_trees(build.BuildOptions(patch=broken, out=out), release=release)
-    assert build.load_trees(good.manifest_path).manifest == good.manifest
+    assert manifest.load_trees(good.manifest_path).manifest == good.manifest
     assert not [p for p in tmp_path.iterdir() if ".building-" in p.name], "a half-built folder was left behind"
     again = build.build_trees(build.BuildOptions(patch=patch_file, out=out), release=release)  # replaces its own
     assert again.manifest.created_at >= good.manifest.created_at
@@ -303,7 +303,7 @@ def test_missing_vllm_src_is_refused_before_anything_is_touched(tmp_path, patch_
     opts = build.BuildOptions(patch=patch_file, out=out, vllm_src=tmp_path / "no-such-checkout")
     with pytest.raises(UsageError, match="no vllm/ package"):
         build.build_trees(opts, release=make_release(tmp_path / "rel2"))
-    assert build.load_trees(good.manifest_path).manifest == good.manifest
+    assert manifest.load_trees(good.manifest_path).manifest == good.manifest
 
 
 def test_rename_into_csrc_and_mode_only_patches_are_refused(tmp_path):
@@ -584,7 +584,7 @@ def test_a_busy_gpu_has_its_own_exit_code_not_no_gpu(tmp_path, monkeypatch, caps
     args = ["--manifest", str(tmp_path / "m.json"), "--out", str(tmp_path / "r"), "--suite", "quick"]
     assert run_main(bench.main, args) == ExitCode.GPU_BUSY == 11
     assert "the GPU is busy: GPU 0 (NVIDIA H200): 120000 of 143771 MiB in use" in capsys.readouterr().err
-    assert run_main(bench.main, [*args, "--blocks", "3"]) == ExitCode.USAGE  # fewer than 6 blocks
+    assert run_main(bench.main, [*args, "--captures", "3"]) == ExitCode.USAGE  # fewer than 6 captures
     from ci.serving import tpot
 
     monkeypatch.setattr(tpot, "load_trees", lambda manifest: None)
@@ -662,15 +662,15 @@ def test_a_suite_or_profile_the_gate_does_not_define_is_incomplete(tmp_path):
                                            for b in ("base", "candidate")]  # fmt: skip
     for b in ("base", "candidate"):
         tpot.cases[0].samples[b] *= 2
-    tpot.cases[0].extra["blocks"] = {b: [i // 2 for i in range(16)] for b in ("base", "candidate")}
+    tpot.cases[0].extra["captures"] = {b: [i // 2 for i in range(16)] for b in ("base", "candidate")}
     assert evidence.run_problems(tpot) == []  # 8 launch pairs of 2 rounds
-    tpot.cases[0].extra["blocks"] = {b: [i // 4 for i in range(16)] for b in ("base", "candidate")}
+    tpot.cases[0].extra["captures"] = {b: [i // 4 for i in range(16)] for b in ("base", "candidate")}
     assert evidence.run_problems(tpot) == [
         f"case {tpot.cases[0].id}: 4 capture(s) of 'base', at least 6 are needed (the interval is over captures)",
         f"case {tpot.cases[0].id}: 4 capture(s) of 'candidate', at least 6 are needed (the interval is over captures)",
     ]
     tpot.suite = "qwen3-30b-a3b-like-dp1-fast"
-    del tpot.cases[0].extra["blocks"]  # one capture: the floor of an undefined suite asks for no more
+    del tpot.cases[0].extra["captures"]  # one capture: the floor of an undefined suite asks for no more
     (problem,) = evidence.run_problems(tpot)
     assert problem.startswith("suite 'qwen3-30b-a3b-like-dp1-fast' is not one the TPOT stage defines")
 

@@ -1,0 +1,73 @@
+"""The manifest of two trees (base and candidate): what was built, from what, and where; written by
+``ci.trees.build``, read by every stage that runs vLLM."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ci.core.errors import DataError
+from ci.core.jsonio import read_json
+from ci.trees.treediff import FileChange
+
+MANIFEST_KIND = "vllm-trees"
+MANIFEST_VERSION = 2  # 2: changed_files is what differs between the trees (ci.trees.treediff), each with its kind
+
+
+@dataclass(frozen=True, kw_only=True)
+class TreeManifest:
+    """What was built: read by the test, bench and TPOT stages (paths relative to the manifest)."""
+
+    vllm_version: str
+    vllm_source: str
+    patch_path: str
+    patch_sha256: str
+    reverse: bool
+    base: str
+    candidate: str
+    changed_files: tuple[FileChange, ...]  # what differs between the two trees (ci.trees.treediff)
+    ignored_patch_paths: tuple[str, ...] = ()
+    overlaid_files: tuple[str, ...] = ()
+    refs: dict | None = None  # --head-ref: the refs, their commits and the files the branch changes
+    contract: dict | None = None  # ci.trees.contracts.Contract.to_json(), or None: no rule of the change is checked
+    tools: dict[str, str] = field(default_factory=dict)
+    created_at: str = ""
+    command: str = ""
+    kind: str = MANIFEST_KIND
+    schema_version: int = MANIFEST_VERSION
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trees:
+    """A manifest read back, with absolute paths to the two trees."""
+
+    manifest_path: Path
+    manifest: TreeManifest
+    base: Path
+    candidate: Path
+
+
+def load_trees(manifest_path: Path) -> Trees:
+    """Read a manifest written by ``ci.trees.build.build_trees``; check the trees are still there."""
+    payload = read_json(manifest_path, kind=MANIFEST_KIND, versions=(MANIFEST_VERSION,))
+    payload = {k: v for k, v in payload.items() if k not in ("kind", "schema_version")}
+    try:
+        payload["changed_files"] = tuple(FileChange(**c) for c in payload["changed_files"])
+        if not all(isinstance(c.path, str) for c in payload["changed_files"]):
+            raise TypeError("a changed file's path is not a string")
+        for key in ("ignored_patch_paths", "overlaid_files"):
+            payload[key] = tuple(payload.get(key, ()))
+        manifest = TreeManifest(**payload)
+    except (KeyError, TypeError) as exc:
+        raise DataError(f"{manifest_path}: malformed tree manifest ({exc}); rebuild with `nox -s build`") from exc
+    root = manifest_path.resolve().parent
+    trees = Trees(
+        manifest_path=manifest_path, manifest=manifest, base=root / manifest.base, candidate=root / manifest.candidate
+    )
+    for tree in (trees.base, trees.candidate):
+        if not (tree / "vllm" / "__init__.py").is_file():
+            raise DataError(f"{manifest_path}: tree {tree} is missing or incomplete; rebuild with `nox -s build`")
+    return trees

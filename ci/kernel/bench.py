@@ -20,6 +20,10 @@ Raw samples (microseconds per call) and each sample's capture go into a versione
 (``ci.kernel.error_rates``): the candidate is the base build with a GPU sleep appended to each of its
 graphs, calibrated per case so that the candidate is F (e.g. 0.035) slower than the base.
 
+The cases and suites are ``ci.kernel.suites``; a case's inputs, graphs and timer ``ci.kernel.graphs``; this module
+is the schedule (captures, their order and pads, the rounds), the correctness check before timing, the results and
+the CLI.
+
 Usage: ``python -m ci.kernel.bench --manifest M [--suite default|quick] [--repeats 90] [--captures 30] --out DIR``
 (writes ``DIR/kernel-results.json``)
 """
@@ -27,22 +31,27 @@ Usage: ``python -m ci.kernel.bench --manifest M [--suite default|quick] [--repea
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fnmatch
 import random
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from ci.core import stats
 from ci.core.cli import run_main
 from ci.core.errors import GPUBusyError, UsageError, WrongResultsError
 from ci.core.results import BenchResults, CaseResult
-from ci.kernel.formats import FORMATS_BY_NAME, Format
-from ci.kernel.shapes import MODELS
-from ci.kernel.spec import BLOCK_SIZES_M, MIN_BLOCK_SIZE_M_1_BYTE_INPUT, NON_EP
+from ci.kernel.formats import FORMATS_BY_NAME
+from ci.kernel.graphs import (
+    CALLS_PER_GRAPH,
+    ROTATING_INPUTS,
+    WARMUP_REPLAYS,
+    CaseRunner,
+    calibrate_slowdown,
+    sleep_calibration,
+)
+from ci.kernel.spec import NON_EP
+from ci.kernel.suites import SUITES, BenchCase, runnable_block_sizes, suite_cases
 from ci.runner import gpu, outputs
 from ci.trees import provenance
 from ci.trees.manifest import load_trees
@@ -52,196 +61,11 @@ DEFAULT_CAPTURES = 30  # fresh captures per build; 30 x 3 rounds: simulated, wit
 # A/A and +2% never FAIL, +3.5% FAILs in 94% (20 x 3: 81%); the GPU time is to be measured on the H200
 MIN_CAPTURES = 6  # a 95% signed-rank interval over captures needs at least 6
 BLOCK_SIZE_REPEATS = 10  # per forced block size (regret only, not gated)
-CALLS_PER_GRAPH = 10
-ROTATING_INPUTS = 4
-WARMUP_REPLAYS = 1  # per fresh graph before timing (3 until 2026-11-29: 1/3 of the GPU time, see README)
-INJECT_PILOT_ROUNDS = 10  # per case, to calibrate an injected slowdown
-SLEEP_CALIBRATION_CYCLES = 2_000_000  # torch.cuda._sleep cycles timed once per run (about 1 ms on an H200)
-EMPTY_SLEEP_NODES = 50  # empty sleep kernels in one graph, to time what one more kernel node costs
-BATCHED_MAX_TOKENS = 128  # DeepEP low latency: tokens a dispatcher may send per expert (capacity = 128 x EP)
 EP_EQUAL_BOUND = 1e-2  # rel L2 between base and candidate under EP (tiling may differ); ep = 1 must be exact
 
 
 def _print(line: str) -> None:
     print(line, flush=True)
-
-
-@dataclass(frozen=True)
-class BenchCase:
-    shape_name: str
-    hidden: int
-    intermediate: int
-    experts: int
-    topk: int
-    ep: int
-    tokens_per_rank: int
-    dtype: str = "bf16"
-    quant: str = (
-        "gptq-int4-g128"  # the 16-bit-input GPTQ int4 of every case until 2026-12-01, or a ci.kernel.formats name
-    )
-    path: str = "fused"  # "batched": DeepEP low latency, BatchedMarlinExperts.apply on rank 0
-    per_dispatcher: int = BATCHED_MAX_TOKENS  # batched: rows each dispatcher may send an expert
-
-    @property
-    def id(self) -> str:
-        where = "" if self.path == "fused" else f"batched-cap{self.capacity}/"
-        return f"{self.shape_name}/ep{self.ep}/tpr{self.tokens_per_rank}/{where}{self.quant}/{self.dtype}"
-
-    @property
-    def format(self) -> Format:
-        return FORMATS_BY_NAME.get(self.quant, GPTQ_INT4)
-
-    @property
-    def capacity(self) -> int:
-        """Batched: rows per expert, ``per_dispatcher`` from each of the ``ep`` dispatchers."""
-        return self.per_dispatcher * self.ep
-
-    @property
-    def rows(self) -> int:
-        return self.tokens_per_rank * self.ep
-
-    @property
-    def global_num_experts(self) -> int:
-        return NON_EP if self.ep == 1 and self.path == "fused" else self.experts
-
-
-GPTQ_INT4 = FORMATS_BY_NAME["gptq-int4"]
-# Real model shapes, full size (ci.kernel.shapes; the weights are random bits: no quantization cost).
-MODEL_SHAPES = {name: (m.hidden, m.intermediate, m.experts, m.topk) for name, m in MODELS.items()}
-# "batched": the DeepEP low-latency path (decode: a few tokens per expert at a large capacity).
-# "formats" (ci.kernel.formats): the FP4 formats on the models that ship them (DeepSeek-V3 as NVFP4, gpt-oss as MXFP4
-# with its biases and clamped SwiGLU) and W4A8-int8 inputs, at the EP sizes and decode loads of the int4 cases.
-# "small_capacities": the batched path where a dispatcher may send an expert only a few rows, (ep, rows per
-# dispatcher): capacities 4 to 64, where vLLM 0.25.1 picks the tiles 8, 16, 32, 48 and 64 (at the
-# capacity-1024 cases every rule picks 64).
-SUITES = {
-    "default": {"shapes": tuple(MODEL_SHAPES), "ep": (1, 2, 4, 8), "tokens": (1, 4, 8, 16, 32, 64, 128),
-                "batched": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "ep": (8,), "tokens": (1, 8, 32)},
-                "formats": ({"shape": "deepseek-v3", "quant": "nvfp4", "ep": (1, 2, 4, 8), "tokens": (1, 8, 64)},
-                            {"shape": "gpt-oss-120b", "quant": "gpt-oss-mxfp4", "ep": (1, 2, 4, 8),
-                             "tokens": (1, 8, 64)},
-                            {"shape": "qwen3-30b-a3b", "quant": "w4a8-int8", "ep": (1, 8), "tokens": (1, 8, 64)}),
-                "small_capacities": {"shapes": ("deepseek-v3",), "ep_rows": ((1, 4), (2, 4), (8, 2), (8, 4), (8, 8)),
-                                     "tokens": 1}},
-    "quick": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "ep": (1, 8), "tokens": (8, 64),
-              "batched": {"shapes": ("deepseek-v3",), "ep": (8,), "tokens": (8,)}},
-}  # fmt: skip
-
-
-def suite_cases(suite: str, pattern: str | None = None) -> list[BenchCase]:
-    if suite not in SUITES:
-        raise UsageError(f"--suite {suite!r}: unknown; choose one of {sorted(SUITES)}")
-    spec = SUITES[suite]
-    cases = [
-        BenchCase(name, *MODEL_SHAPES[name], ep=ep, tokens_per_rank=t)
-        for name in spec["shapes"]
-        for ep in spec["ep"]
-        for t in spec["tokens"]
-    ]
-    batched = spec.get("batched", {})
-    cases += [
-        BenchCase(name, *MODEL_SHAPES[name], ep=ep, tokens_per_rank=t, path="batched")
-        for name in batched.get("shapes", ())
-        for ep in batched["ep"]
-        for t in batched["tokens"]
-    ]
-    cases += [
-        BenchCase(f["shape"], *MODEL_SHAPES[f["shape"]], ep=ep, tokens_per_rank=t, quant=f["quant"])
-        for f in spec.get("formats", ())
-        for ep in f["ep"]
-        for t in f["tokens"]
-    ]
-    small = spec.get("small_capacities", {})
-    cases += [
-        BenchCase(
-            name, *MODEL_SHAPES[name], ep=ep, tokens_per_rank=small["tokens"], path="batched", per_dispatcher=rows
-        )
-        for name in small.get("shapes", ())
-        for ep, rows in small["ep_rows"]
-    ]
-    if pattern:  # one glob, or several separated by commas (a case matching any of them)
-        globs = [g for g in pattern.split(",") if g]
-        cases = [c for c in cases if any(fnmatch.fnmatch(c.id, g) for g in globs)]
-        if not cases:
-            raise UsageError(f"--cases {pattern!r} matches no case of suite {suite!r}")
-    return cases
-
-
-class CaseRunner:
-    """Builds the inputs of one case and times graphs of calls on them."""
-
-    def __init__(self, case: BenchCase, experts) -> None:
-        import torch
-
-        from ci.kernel import moe_case as mc
-
-        self.torch, self.mc, self.case = torch, mc, case
-        shape = mc.Shape(case.shape_name, case.hidden, case.intermediate, case.experts, case.topk)
-        self.view = mc.rank_view(case.experts, case.ep, 0)
-        self.experts = experts
-        self.shape = shape
-        self._callers: dict[int, object] = {}  # batched path: one BatchedMarlinExperts stand-in per build
-        self.inputs = self._route(capture=0)
-
-    def _route(self, capture: int) -> list:
-        routed = [self.mc.route(self.case.rows, self.shape, self.torch.bfloat16,
-                                seed=100 + ROTATING_INPUTS * capture + i) for i in range(ROTATING_INPUTS)]  # fmt: skip
-        if self.case.path == "fused":
-            return routed
-        # batched: every rank's tokens routed over the global experts; rank 0 holds what reached its experts
-        return [self.mc.batched_by_expert(r.hidden, r.topk_ids, self.experts.w1.shape[0], self.case.capacity,
-                                          own_topk_ids=r.topk_ids[: self.case.tokens_per_rank],
-                                          expert_map=self.view.expert_map) for r in routed]  # fmt: skip
-
-    def start_capture(self, capture: int, pad_bytes: int):
-        """Fresh input buffers for ``capture``, allocated after a pad of ``pad_bytes``, so neither build
-        keeps the addresses it had (return the pad: it must live as long as the capture's graphs)."""
-        pad = self.torch.empty(pad_bytes, dtype=self.torch.uint8, device="cuda")
-        self.inputs = self._route(capture)
-        return pad
-
-    def call(self, module, routing):
-        if self.case.path == "batched":
-            caller = self._callers.get(id(module))
-            if caller is None:
-                caller = self._callers[id(module)] = self.mc.batched_experts(
-                    module, self.experts, num_dispatchers=self.case.ep, max_num_tokens=self.case.per_dispatcher,
-                    fmt=self.case.format)  # fmt: skip
-            return self.mc.call_batched(module, caller, self.experts.w1, self.experts.w2, routing,
-                                        global_num_experts=self.case.global_num_experts,
-                                        fmt=self.case.format)  # fmt: skip
-        return self.mc.call_moe(
-            module, self.experts, routing, global_num_experts=self.case.global_num_experts,
-            expert_map=self.view.expert_map, **self.mc.format_kwargs(self.case.format),
-        )  # fmt: skip
-
-    def valid_output(self, out, routing):
-        """The rows that carry tokens (the batched path leaves padding rows unwritten)."""
-        return out if self.case.path == "fused" else out[routing.rows >= 0]
-
-    def capture(self, module, forced_bm: int | None = None, sleep_cycles: int | None = None):
-        """A CUDA graph of CALLS_PER_GRAPH calls of ``module``; ``sleep_cycles``: a GPU sleep of that many
-        cycles appended inside the graph (an injected slowdown, ``--inject-slowdown``)."""
-        torch, mc = self.torch, self.mc
-        ctx = mc.forced_block_size(module, forced_bm) if forced_bm else contextlib.nullcontext()
-        with ctx:
-            for r in self.inputs:  # warm-up outside the graph (JIT, workspace allocation)
-                self.call(module, r)
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for i in range(CALLS_PER_GRAPH):
-                    self.call(module, self.inputs[i % ROTATING_INPUTS])
-                if sleep_cycles is not None:
-                    torch.cuda._sleep(sleep_cycles)
-        for _ in range(WARMUP_REPLAYS):
-            graph.replay()
-        torch.cuda.synchronize()
-        return graph
-
-    def time_us(self, graph) -> float:
-        """Microseconds per call: one replay of a graph of CALLS_PER_GRAPH calls."""
-        return replay_us(self.torch, graph) / CALLS_PER_GRAPH
 
 
 def check_outputs_agree(runner: CaseRunner, base, cand) -> dict:
@@ -276,70 +100,6 @@ def capture_plan(case_id: str, captures: int) -> list[tuple[tuple[str, str], int
         order = ("base", "candidate") if rng.random() < 0.5 else ("candidate", "base")
         plan.append((order, 256 * rng.randrange(1, 4096)))
     return plan
-
-
-def sleep_cycles_for(fraction: float, base_us: float, overhead_us: float, cycles_per_us: float) -> int:
-    """GPU sleep cycles to append to a graph of CALLS_PER_GRAPH calls of ``base_us`` each so that the graph
-    is ``fraction`` slower; ``overhead_us`` (per call) is what an empty sleep kernel already adds."""
-    if not (fraction > 0 and base_us > 0 and cycles_per_us > 0 and overhead_us >= 0):
-        raise UsageError(f"an injected slowdown needs fraction, base time and sleep rate > 0 (got {fraction}, "
-                         f"{base_us} us, {cycles_per_us} cycles/us)")  # fmt: skip
-    return round(max(0.0, fraction * base_us - overhead_us) * CALLS_PER_GRAPH * cycles_per_us)
-
-
-def replay_us(torch, graph) -> float:
-    """The one timer of the bench: microseconds of one replay of a CUDA graph, between CUDA events."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000.0
-
-
-def _graph_time_us(torch, graph, replays: int = 5) -> float:
-    return stats.median([replay_us(torch, graph) for _ in range(replays)])
-
-
-def sleep_calibration(torch) -> dict:
-    """The GPU sleep on this GPU now, timed in CUDA graphs: cycles per microsecond, and what one more
-    (empty) kernel node costs a graph. Once per run, away from the cases' own captures and their error."""
-    torch.cuda._sleep(1000)
-    torch.cuda.synchronize()
-    long, empties = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-    with torch.cuda.graph(long):
-        torch.cuda._sleep(SLEEP_CALIBRATION_CYCLES)
-    with torch.cuda.graph(empties):
-        for _ in range(EMPTY_SLEEP_NODES):
-            torch.cuda._sleep(0)
-    long.replay()
-    empties.replay()
-    torch.cuda.synchronize()
-    return {"cycles_per_us": SLEEP_CALIBRATION_CYCLES / _graph_time_us(torch, long),
-            "empty_sleep_us": _graph_time_us(torch, empties) / EMPTY_SLEEP_NODES}  # fmt: skip
-
-
-def calibrate_slowdown(runner, module, fraction: float, sleep: dict) -> dict:
-    """Per case: time the base graph (a pilot) and size the sleep appended to the candidate's graphs so that
-    they are ``fraction`` slower (the empty kernel's own cost is a floor: ``smallest_fraction``)."""
-    plain = runner.capture(module)
-    base_us = stats.median([runner.time_us(plain) for _ in range(INJECT_PILOT_ROUNDS)])
-    del plain
-    overhead_us = sleep["empty_sleep_us"] / CALLS_PER_GRAPH  # per call, as time_us reports
-    return {
-        "fraction": fraction,
-        "pilot_base_us": base_us,
-        "sleep_cycles": sleep_cycles_for(fraction, base_us, overhead_us, sleep["cycles_per_us"]),
-        "smallest_fraction": overhead_us / base_us,
-    }
-
-
-def runnable_block_sizes(case: BenchCase) -> tuple[int, ...]:
-    """The tiles the kernel runs for this case: with 1-byte inputs (W4A8) not those under 16 (the Marlin kernel
-    has no thread config for them: "Invalid thread config", which is why vLLM raises the tile to 16)."""
-    if case.format.input_itemsize == 1:
-        return tuple(bm for bm in BLOCK_SIZES_M if bm >= MIN_BLOCK_SIZE_M_1_BYTE_INPUT)
-    return BLOCK_SIZES_M
 
 
 def run_case(runner: CaseRunner, variants, repeats: int, captures: int = DEFAULT_CAPTURES, *,

@@ -25,7 +25,7 @@ from pathlib import Path
 from ci.core import rates, stats
 from ci.core.cli import run_main
 from ci.core.errors import UsageError
-from ci.kernel import bench
+from ci.kernel import bench, suites
 
 KIND = "ep-marlin-error-rates"
 VERSION = 1
@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.kernel.error_rates", description=__doc__.split("\n\n")[0])
     parser.add_argument("--manifest", type=Path, required=True, help="manifest.json of the trees (ci.trees.build)")
     parser.add_argument("--out", type=Path, required=True, help="folder for the runs and the table")
-    parser.add_argument("--suite", default="default", help=f"one of {sorted(bench.SUITES)} (default %(default)s)")
+    parser.add_argument("--suite", default="default", help=f"one of {sorted(suites.SUITES)} (default %(default)s)")
     parser.add_argument("--cases", help="A/A runs: only case ids matching this glob")
     parser.add_argument("--inject-cases", help="injected runs: only case ids matching this glob (default: --cases)")
     parser.add_argument("--aa-runs", type=int, default=3, help="A/A runs (%(default)s)")
@@ -95,9 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.aa_runs < 0 or (args.aa_runs == 0 and not args.inject):
         raise UsageError(f"--aa-runs {args.aa_runs}: 0 or more, and with --inject at least one run in all")
     bench.check_plan(args.captures, args.repeats, 0, max(args.inject, default=0.0), aa=True)
-    aa_cases = bench.suite_cases(args.suite, args.cases)
+    aa_cases = suites.suite_cases(args.suite, args.cases)
     inject_filter = args.inject_cases or args.cases
-    inject_cases = bench.suite_cases(args.suite, inject_filter)
+    inject_cases = suites.suite_cases(args.suite, inject_filter)
     rates.check_out(args.out)
 
     from ci.core.errors import GPUBusyError

@@ -44,14 +44,14 @@ def regret(case: CaseResult) -> dict | None:
 
 def expected_cases(results) -> list[str]:
     """The ids of the cases of ``results.suite`` as the bench defines it, less the run's case filter."""
-    from ci.kernel import bench
+    from ci.kernel import suites
 
-    if results.suite not in bench.SUITES:
-        known = ", ".join(sorted(bench.SUITES))
+    if results.suite not in suites.SUITES:
+        known = ", ".join(sorted(suites.SUITES))
         raise DataError(f"suite {results.suite!r} is not one the kernel bench defines ({known}): these results were "
                         "not written by this gate's bench; re-run it")  # fmt: skip
     try:
-        return [c.id for c in bench.suite_cases(results.suite, results.settings.get("case_filter"))]
+        return [c.id for c in suites.suite_cases(results.suite, results.settings.get("case_filter"))]
     except UsageError as exc:
         raise DataError(f"settings.case_filter: {exc}") from exc
 

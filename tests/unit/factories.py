@@ -17,7 +17,7 @@ from pathlib import Path
 from ci.core import subjects
 from ci.core.results import BenchResults, CaseResult
 from ci.kernel import subject as kernel_subject
-from ci.kernel.bench import suite_cases
+from ci.kernel.suites import suite_cases
 from ci.serving import subject as serving_subject
 from ci.trees import release
 from ci.trees.variants import ENTRY_MODULE

@@ -9,7 +9,7 @@ import pytest
 
 from ci.core import stats
 from ci.core.errors import UsageError
-from ci.kernel import bench
+from ci.kernel import bench, graphs, suites
 
 
 def test_interleaved_order_alternates_which_build_goes_first():
@@ -21,7 +21,7 @@ def test_interleaved_order_alternates_which_build_goes_first():
 class FakeRunner:
     """run_case's view of the GPU: captures and timings recorded, no CUDA."""
 
-    case = bench.BenchCase("s", 256, 128, 8, 2, ep=2, tokens_per_rank=4)
+    case = suites.BenchCase("s", 256, 128, 8, 2, ep=2, tokens_per_rank=4)
     view = SimpleNamespace(local_ids=SimpleNamespace(numel=lambda: 4))
 
     def __init__(self):
@@ -97,7 +97,7 @@ class SleepyRunner(FakeRunner):
     def time_us(self, graph):
         _module, cycles = graph
         self.events.append(("time", graph))
-        return 100.0 if cycles is None else 100.0 + 0.1 + cycles / (2000.0 * bench.CALLS_PER_GRAPH)
+        return 100.0 if cycles is None else 100.0 + 0.1 + cycles / (2000.0 * graphs.CALLS_PER_GRAPH)
 
 
 def test_an_injected_slowdown_sleeps_in_the_candidates_graphs_only(monkeypatch):
@@ -109,7 +109,7 @@ def test_an_injected_slowdown_sleeps_in_the_candidates_graphs_only(monkeypatch):
     result = bench.run_case(runner, same, repeats=12, captures=6, block_size_repeats=0, inject=0.035, sleep=sleep)
     injected = result.extra["injected"]
     assert injected["pilot_base_us"] == 100.0 and injected["smallest_fraction"] == pytest.approx(0.001)
-    assert injected["sleep_cycles"] == round((3.5 - 0.1) * bench.CALLS_PER_GRAPH * 2000)
+    assert injected["sleep_cycles"] == round((3.5 - 0.1) * graphs.CALLS_PER_GRAPH * 2000)
     ratios = [c / b for b, c in zip(result.samples["base"], result.samples["candidate"], strict=True)]
     assert ratios == pytest.approx([1.035] * 12), "the candidate is exactly the injected fraction slower"
     assert result.extra["block_sizes_us"] == {}, "no sweep with block_size_repeats=0"
@@ -133,8 +133,8 @@ def test_an_injected_slowdown_needs_an_aa_run_and_a_sleep_rate(monkeypatch):
 
 
 def test_sleep_cycles_for_takes_the_empty_kernel_off_and_never_goes_negative():
-    assert bench.sleep_cycles_for(0.05, 20.0, 0.2, 1980.0) == round(0.8 * bench.CALLS_PER_GRAPH * 1980)
-    assert bench.sleep_cycles_for(0.02, 10.0, 0.5, 1980.0) == 0  # the empty kernel alone is already +5%
+    assert graphs.sleep_cycles_for(0.05, 20.0, 0.2, 1980.0) == round(0.8 * graphs.CALLS_PER_GRAPH * 1980)
+    assert graphs.sleep_cycles_for(0.02, 10.0, 0.5, 1980.0) == 0  # the empty kernel alone is already +5%
     for bad in ((0, 20.0, 0.1, 1980.0), (0.02, 0.0, 0.1, 1980.0), (0.02, 20.0, -0.1, 1980.0), (0.02, 20, 0, 0)):
         with pytest.raises(UsageError):
-            bench.sleep_cycles_for(*bad)
+            graphs.sleep_cycles_for(*bad)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ci.core.errors import UsageError
-from ci.kernel import bench, formats
+from ci.kernel import formats, suites
 from ci.kernel.spec import BLOCK_SIZES_M
 
 
@@ -22,7 +22,7 @@ def test_every_format_names_a_scheme_and_the_combinations_vllm_serves():
 
 
 def test_the_default_suite_has_the_fp4_int8_and_small_capacity_cases():
-    cases = {c.id: c for c in bench.suite_cases("default")}
+    cases = {c.id: c for c in suites.suite_cases("default")}
     assert len(cases) == 153
     fp4 = [c for c in cases.values() if c.format.quant.fp4]
     assert {c.shape_name for c in fp4} == {"deepseek-v3", "gpt-oss-120b"} and {c.ep for c in fp4} == {1, 2, 4, 8}
@@ -32,14 +32,14 @@ def test_the_default_suite_has_the_fp4_int8_and_small_capacity_cases():
 
 
 def test_cases_takes_several_globs_and_names_the_one_that_matches_nothing():
-    new = bench.suite_cases("default", "*nvfp4*,*mxfp4*,*w4a8*,*batched-cap[0-9]/*,*batched-cap[0-9][0-9]/*")
+    new = suites.suite_cases("default", "*nvfp4*,*mxfp4*,*w4a8*,*batched-cap[0-9]/*,*batched-cap[0-9][0-9]/*")
     assert len(new) == 35 and all("gptq-int4-g128/bf16" not in c.id or "cap1024" not in c.id for c in new)
-    assert len(bench.suite_cases("default", "deepseek-v3/ep8/*")) == 16
+    assert len(suites.suite_cases("default", "deepseek-v3/ep8/*")) == 16
     with pytest.raises(UsageError, match="matches no case"):
-        bench.suite_cases("default", "nothing/*,nor-this/*")
+        suites.suite_cases("default", "nothing/*,nor-this/*")
 
 
 def test_the_sweep_skips_the_tiles_the_kernel_has_no_config_for_with_8_bit_inputs():
-    cases = {c.id: c for c in bench.suite_cases("default")}
-    assert bench.runnable_block_sizes(cases["qwen3-30b-a3b/ep8/tpr8/w4a8-int8/bf16"]) == (16, 32, 48, 64)
-    assert bench.runnable_block_sizes(cases["deepseek-v3/ep8/tpr8/nvfp4/bf16"]) == BLOCK_SIZES_M
+    cases = {c.id: c for c in suites.suite_cases("default")}
+    assert suites.runnable_block_sizes(cases["qwen3-30b-a3b/ep8/tpr8/w4a8-int8/bf16"]) == (16, 32, 48, 64)
+    assert suites.runnable_block_sizes(cases["deepseek-v3/ep8/tpr8/nvfp4/bf16"]) == BLOCK_SIZES_M

@@ -53,11 +53,11 @@ def test_one_model_registry_for_the_bench_the_gpu_suite_and_the_served_configs()
     the GPU suite scales it down, and the configs the TPOT stage serves must agree with it."""
     import json
 
-    from ci.kernel import bench, shapes
+    from ci.kernel import shapes, suites
     from ci.serving import config as serving_config
 
-    assert bench.MODEL_SHAPES["deepseek-v3"] == (7168, 2048, 256, 8)
-    assert set(bench.MODEL_SHAPES) == set(shapes.MODELS)
+    assert suites.MODEL_SHAPES["deepseek-v3"] == (7168, 2048, 256, 8)
+    assert set(suites.MODEL_SHAPES) == set(shapes.MODELS)
     small = shapes.scaled("gpt-oss-120b", "gpt-oss-like", experts=16)
     assert (small.hidden, small.experts, small.topk) == (2944, 16, 4)
     assert small.note == "2880 padded to 2944 (Marlin: multiples of 128); experts scaled 128 -> 16"

@@ -180,6 +180,7 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
     import torch
 
     from ci.kernel import moe_case as mc
+    from ci.kernel import weights
     from ci.trees.variants import Variant, load_variants, put_base_first
 
     put_base_first(trees)
@@ -195,7 +196,7 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
             torch.cuda.empty_cache()
             shape = mc.Shape(case.shape_name, case.hidden, case.intermediate, case.experts, case.topk)
             local = mc.rank_view(case.experts, case.ep, 0).local_ids.numel()
-            experts = mc.random_packed_experts(shape, torch.bfloat16, local_experts=local, seed=7, fmt=case.format)
+            experts = weights.random_packed_experts(shape, torch.bfloat16, local_experts=local, seed=7, fmt=case.format)
         try:
             result = run_case(CaseRunner(case, experts), variants, repeats, captures,
                               block_size_repeats=block_size_repeats, inject=inject, sleep=sleep)  # fmt: skip

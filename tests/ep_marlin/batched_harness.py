@@ -9,7 +9,7 @@ import itertools
 import torch
 
 from ci.kernel import moe_case as mc
-from ci.kernel import spec
+from ci.kernel import spec, weights
 from ci.kernel.formats import FORMAT_COMBOS, FORMATS_BY_NAME
 from tests.ep_marlin import cpu_harness as h
 
@@ -46,13 +46,14 @@ class BatchedSpies:
         self._swap.__exit__(*exc)
 
 
-def experts_of(args: dict) -> mc.Experts:
+def experts_of(args: dict) -> weights.Experts:
     """The weight arguments of ``cpu_harness.format_arguments`` as the ``Experts`` a batched caller holds."""
     names = dict(w1="w1", w2="w2", s1="w1_scale", s2="w2_scale", zeros1="w1_zeros", zeros2="w2_zeros",
                  g_idx1="g_idx1", g_idx2="g_idx2", sort1="sort_indices1", sort2="sort_indices2",
                  global_scale1="global_scale1", global_scale2="global_scale2", bias1="bias1", bias2="bias2",
                  input_global_scale1="input_global_scale1", input_global_scale2="input_global_scale2")  # fmt: skip
-    return mc.Experts(scheme=None, quant_type_id=args["quant_type_id"], **{k: args.get(v) for k, v in names.items()})
+    fields = {k: args.get(v) for k, v in names.items()}
+    return weights.Experts(scheme=None, quant_type_id=args["quant_type_id"], **fields)
 
 
 def observe(module, call: dict) -> dict:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ci.kernel import moe_case as mc
-from ci.kernel import spec
+from ci.kernel import spec, weights
 from ci.kernel.formats import FORMAT_COMBOS, FORMATS, Format
 
 # The grid (module constants, as in vLLM's tests/kernels/moe/test_moe.py).
@@ -48,7 +48,7 @@ class Case:
 
     @property
     def input_dtype(self) -> torch.dtype | None:
-        return mc.input_dtype_of(self.fmt)
+        return weights.input_dtype_of(self.fmt)
 
     @property
     def input_itemsize(self) -> int | None:

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from ci.kernel import moe_case as mc
+from ci.kernel import weights
 from ci.kernel.formats import FORMATS_BY_NAME, GPT_OSS_ALPHA, GPT_OSS_BETA, GPT_OSS_CLAMP, QUANT_SCHEMES, Format
 from ci.kernel.shapes import Shape, scaled
 from ci.kernel.spec import BLOCK_SIZES_M, MIN_BLOCK_SIZE_M_1_BYTE_INPUT, NON_EP
@@ -63,19 +64,25 @@ EP_CASES = [
 
 
 @functools.lru_cache(maxsize=32)
-def experts_for(shape_name: str, scheme_name: str, dtype_name: str) -> mc.Experts:
+def experts_for(shape_name: str, scheme_name: str, dtype_name: str) -> weights.Experts:
     torch.manual_seed(SEED)
-    return mc.quantized_experts(SHAPES[shape_name], SCHEMES[scheme_name], DTYPES[dtype_name], seed=SEED)
+    return weights.quantized_experts(SHAPES[shape_name], SCHEMES[scheme_name], DTYPES[dtype_name], seed=SEED)
 
 
-def _ref(experts: mc.Experts, routing: mc.Routing, expert_map=None) -> torch.Tensor:
+def _ref(experts: weights.Experts, routing: mc.Routing, expert_map=None) -> torch.Tensor:
     return reference_moe(
         routing.hidden, experts.w1_ref, experts.w2_ref, routing.topk_weights, routing.topk_ids, expert_map
     )
 
 
 def _ep_sum(
-    module, experts: mc.Experts, routing: mc.Routing, shape: Shape, ep: int, placement: str, extra: dict | None = None
+    module,
+    experts: weights.Experts,
+    routing: mc.Routing,
+    shape: Shape,
+    ep: int,
+    placement: str,
+    extra: dict | None = None,
 ):
     total = torch.zeros(routing.hidden.shape, dtype=torch.float32, device="cuda")
     for rank in range(ep):
@@ -333,8 +340,8 @@ FORMAT_GRID = [pytest.param(name, marks=() if FORMATS_BY_NAME[name].hopper else 
 
 
 @functools.lru_cache(maxsize=8)
-def format_experts(name: str) -> mc.Experts:
-    return mc.quantized_experts(SHAPES[FORMAT_SHAPES[name]], FORMATS_BY_NAME[name], torch.bfloat16, seed=SEED)
+def format_experts(name: str) -> weights.Experts:
+    return weights.quantized_experts(SHAPES[FORMAT_SHAPES[name]], FORMATS_BY_NAME[name], torch.bfloat16, seed=SEED)
 
 
 def _format_routing(fmt: Format, shape: Shape, rows: int | list[int], seed: int) -> mc.Routing:
@@ -344,7 +351,7 @@ def _format_routing(fmt: Format, shape: Shape, rows: int | list[int], seed: int)
     return mc.route(rows, shape, torch.bfloat16, seed=seed, scale=scale)
 
 
-def _format_ref(fmt: Format, experts: mc.Experts, routing: mc.Routing, expert_map=None) -> torch.Tensor:
+def _format_ref(fmt: Format, experts: weights.Experts, routing: mc.Routing, expert_map=None) -> torch.Tensor:
     return reference_moe(
         routing.hidden, experts.w1_ref, experts.w2_ref, routing.topk_weights, routing.topk_ids, expert_map,
         bias1=experts.bias1_ref, bias2=experts.bias2_ref, input_int8=fmt.input_dtype == "int8",
@@ -375,7 +382,7 @@ def test_format_matches_float32_reference(name, variants, metric):
         assert err < _format_bound(fmt), f"{v.name}, {name}: rel L2 error {err:.2e} vs the float32 reference"
 
 
-def _clamped_share(experts: mc.Experts, routing: mc.Routing) -> float:
+def _clamped_share(experts: weights.Experts, routing: mc.Routing) -> float:
     """The share of gate/up pre-activations of the routed rows beyond the clamp, in the reference."""
     clamped = total = 0
     for e in routing.topk_ids.unique().tolist():

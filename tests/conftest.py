@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,16 +67,82 @@ def pytest_configure(config: pytest.Config) -> None:
         trees = load_trees(Path(manifest))
         put_base_first(trees)
         config.stash[TREES_KEY] = trees
-        if not hasattr(config, "workerinput"):  # once, in the controller: one clear error, not one per test
-            from ci.core.errors import MissingDependencyError
-            from ci.trees.variants import check_base_importable
-
-            try:
-                check_base_importable(trees)
-            except MissingDependencyError as exc:
-                pytest.exit(f"gate: {exc}", returncode=int(exc.exit_code))
+        # vLLM's import costs about 15 s of CPU. Its check (one clear error for a missing dependency, not one per
+        # test) runs once in the controller; with xdist workers in a process of its own, while each worker imports
+        # vLLM for its tests at the same time (waited for before any test runs: pytest_runtestloop)
+        if hasattr(config, "workerinput"):
+            _import_quietly(trees)
+        elif config.getoption("numprocesses", None):
+            config.stash[IMPORT_CHECK_KEY] = subprocess.Popen(
+                [sys.executable, "-c", IMPORT_CHECK, str(manifest)], cwd=ROOT, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        else:
+            _exit_unless_importable(trees)
     if config.getoption("--require-gpu"):
         pin_xdist_worker()
+
+
+IMPORT_CHECK_KEY = pytest.StashKey[subprocess.Popen]()
+ROOT = Path(__file__).resolve().parents[1]
+IMPORT_CHECK = """
+import sys
+from pathlib import Path
+from tests.conftest import load_and_put_first, why_not_importable
+why = why_not_importable(load_and_put_first(Path(sys.argv[1])))
+if why:
+    print(why[0])
+    sys.exit(why[1])
+"""
+
+
+def load_and_put_first(manifest: Path):
+    from ci.trees.manifest import load_trees
+    from ci.trees.variants import put_base_first
+
+    trees = load_trees(manifest)
+    put_base_first(trees)
+    return trees
+
+
+def why_not_importable(trees) -> tuple[str, int] | None:
+    """Import the base tree's entry module: None, or the one clear message of a missing dependency and its
+    exit code."""
+    from ci.core.errors import MissingDependencyError
+    from ci.trees.variants import check_base_importable
+
+    try:
+        check_base_importable(trees)
+    except MissingDependencyError as exc:
+        return f"gate: {exc}", int(exc.exit_code)
+    return None
+
+
+def _exit_unless_importable(trees) -> None:
+    why = why_not_importable(trees)
+    if why:
+        pytest.exit(why[0], returncode=why[1])
+
+
+def _import_quietly(trees) -> None:
+    """A worker imports the entry module now; what fails is the controller's to report (its own check)."""
+    from ci.core.errors import GateError
+    from ci.trees.variants import check_base_importable
+
+    with contextlib.suppress(GateError, ImportError):
+        check_base_importable(trees)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """Before any test runs: the controller's import check (started at configure) must have passed."""
+    check = session.config.stash.get(IMPORT_CHECK_KEY, None)
+    if check is None:
+        return
+    out, err = check.communicate()
+    if check.returncode != 0:
+        why = out.strip() or err.strip()[-2000:] or f"exit code {check.returncode}"
+        pytest.exit(why if why.startswith("gate: ") else f"gate: the base tree's vLLM does not import: {why}",
+                    returncode=check.returncode)  # fmt: skip
 
 
 def pin_xdist_worker() -> None:

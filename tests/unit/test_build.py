@@ -207,10 +207,13 @@ def test_a_dependency_the_release_imports_is_one_clear_error(tmp_path, monkeypat
         and "nox -s \"tests_release(release='0.33.0')\"" in err
     )
     assert "Traceback" not in err
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gate-manifest",
-                            str(trees.manifest_path), "tests/unit/test_spec.py"], capture_output=True, text=True,
-                           cwd=Path(build.__file__).parents[2])  # fmt: skip
-    assert tests.returncode == 9 and tests.stderr.count("imports 'cpuinfo_not_installed_here'") == 1, tests.stderr
+    for workers in ([], ["-n", "2"]):  # in the process, or (xdist) in a check of its own beside the workers
+        tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gate-manifest",
+                                str(trees.manifest_path), "tests/unit/test_spec.py", *workers], capture_output=True,
+                               text=True, cwd=Path(build.__file__).parents[2])  # fmt: skip
+        out = tests.stdout + tests.stderr
+        assert tests.returncode == 9 and out.count("imports 'cpuinfo_not_installed_here'") == 1, (workers, out)
+        assert " passed" not in out and " failed" not in out  # stopped before any test ran
 
 
 def test_a_change_is_picked_by_name_and_brings_its_contract(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 from ci.core import subjects
 
 CI = Path(__file__).resolve().parents[2] / "ci"
-PACKAGES = ("core", "trees", "kernel", "serving", "runner")
+PACKAGES = ("core", "trees", "kernel", "serving", "runner", "triton_moe")
 SUBJECT_WORDS = re.compile(r"marlin|block_size|tpot|vllm|\bmoe\b|expert", re.IGNORECASE)
 
 

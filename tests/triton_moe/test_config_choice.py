@@ -17,14 +17,13 @@ import pytest
 
 from ci.kernel.shapes import MODELS
 from ci.triton_moe import spec
+from tests.triton_moe.harness import ROWS, read_table
 
 # the H200 family reads the H200's tables (an "H200 NVL" too); a GH200 is not of it
 DEVICES = ("NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA GH200 480GB", "NVIDIA H100 80GB HBM3", "NVIDIA A10G")
 # (config dtype, block_shape): bf16, FP8 per tensor, FP8 block-quantized, int4 / int8 weight-only with groups of 128
 DTYPES = ((None, None), ("fp8_w8a8", None), ("fp8_w8a8", [128, 128]), ("int4_w4a16", [0, 128]),
           ("int8_w8a16", [0, 128]))  # fmt: skip
-ROWS = (1, 2, 3, 4, 5, 8, 9, 16, 17, 20, 21, 24, 32, 33, 40, 41, 48, 64, 65, 96, 97, 128, 129, 256, 512, 513, 1024,
-        1536, 3000, 4096, 8192)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +49,6 @@ def platform(fused_moe, monkeypatch):
     fused_moe.get_moe_configs.cache_clear()
 
 
-def _table(path: Path) -> dict[int, dict] | None:
-    """A tuned table as vLLM reads it: batch size -> config, without its triton_version."""
-    if not path.is_file():
-        return None
-    raw = json.loads(path.read_text())
-    raw.pop("triton_version", None)
-    return {int(size): config for size, config in raw.items()}
-
-
 def _shapes():
     for name, m in MODELS.items():
         for ep in (1, 2, 4, 8):
@@ -75,7 +65,7 @@ def _check(fused_moe, device: str, user: Path | None, batch_invariant: bool) -> 
         for dtype, block in DTYPES:
             experts, n = spec.table_shape(w2, dtype)
             name = spec.config_file_name(experts, n, dtype, block, device)
-            tables = [_table(folder / name) for folder in ([user] if user else []) + [own]]
+            tables = [read_table(folder / name) for folder in ([user] if user else []) + [own]]
             tuned += any(tables)
             for m in ROWS:
                 got = fused_moe.try_get_optimal_moe_config(w1, w2, topk, dtype, m, block_shape=block)
@@ -118,7 +108,7 @@ def test_a_users_table_comes_first_and_ties_go_to_the_first_entry(fused_moe, pla
     assert _check(fused_moe, "NVIDIA H200", tmp_path, batch_invariant=False)[1] > 0
 
 
-def test_batch_invariant_mode_reads_no_table(fused_moe, platform, monkeypatch):
+def test_batch_invariant_mode_reads_noread_table(fused_moe, platform, monkeypatch):
     monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")
     monkeypatch.delenv("VLLM_TUNED_CONFIG_FOLDER", raising=False)
     platform("NVIDIA H200")

@@ -1,0 +1,18 @@
+"""What the Triton fused-MoE tests share: the batch sizes they try, and a tuned table read as vLLM reads it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROWS = (1, 2, 3, 4, 5, 8, 9, 16, 17, 20, 21, 24, 32, 33, 40, 41, 48, 64, 65, 96, 97, 128, 129, 256, 512, 513, 1024,
+        1536, 3000, 4096, 8192)  # fmt: skip
+
+
+def read_table(path: Path) -> dict[int, dict] | None:
+    """A tuned table as vLLM reads it: batch size -> config, without its triton_version (None: no file)."""
+    if not path.is_file():
+        return None
+    raw = json.loads(path.read_text())
+    raw.pop("triton_version", None)
+    return {int(size): config for size, config in raw.items()}

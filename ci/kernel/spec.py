@@ -17,7 +17,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 BLOCK_SIZES_M = (8, 16, 32, 48, 64)
-SATURATION = Fraction(9, 10)  # a block is "full enough" below 0.9 tokens per row slot
+SATURATION = Fraction(9, 10)  # a tile is "full enough" below 0.9 tokens per row slot
 MIN_BLOCK_SIZE_M_1_BYTE_INPUT = 16
 NON_EP = -1  # global_num_experts of callers without expert parallelism
 

@@ -168,7 +168,8 @@ def _object(raw: dict[str, Any], key: str, where: str, case_id: str) -> dict[str
 
 def _upgrade(payload: dict[str, Any]) -> None:
     """A version-1 payload in place as version 2: its ``blocks`` keys (of each case's extra, and of the
-    settings) under their version-2 names. Nothing else differs between the two versions."""
+    settings) under their version-2 names. Nothing else differs between the two versions (the results read
+    back are version 2, as every ``BenchResults`` is)."""
     if payload.get("schema_version") != 1:
         return
     places = [payload.get("settings")] + [c.get("extra") for c in payload.get("cases") or [] if isinstance(c, dict)]
@@ -177,7 +178,6 @@ def _upgrade(payload: dict[str, Any]) -> None:
             for old, new in V1_RENAMES.items():
                 if old in place and new not in place:
                     place[new] = place.pop(old)
-    payload["schema_version"] = RESULTS_VERSION
 
 
 def _read_any(path: Path | str) -> dict[str, Any]:

@@ -93,7 +93,10 @@ def test_the_tpot_launch_pairs_table_says_which_pairs_started_at_once():
     first = "| 0 | base (pairs 0, 1, 2 at once) | 69.1 / 69.1 | 10 (23 s, no) | 7.213 | 7.218 | 1.0007 | 1.0016 |"
     last = "| 5 | candidate (pairs 3, 4, 5 at once) | 73.1 / 73.1 | 9 (21 s, no) | 7.183 | 7.202 | 1.0027 | 1.0014 |"
     assert first in lines and last in lines
-    for rec in results.cases[0].extra["timeline"]["launches"]:
+    records = results.cases[0].extra["timeline"]["launches"]
+    records[0]["started_with"] = records[1]["started_with"] = [0, 1]  # two pairs at once
+    assert "| 0 | base (pairs 0, 1 at once) | 69.1 / 69.1 |" in "\n".join(serving_subject.details(results))
+    for rec in records:
         rec["started_with"] = [rec["launch"]]
     alone = "| 0 | base | 69.1 / 69.1 | 10 (23 s, no) | 7.213 | 7.218 | 1.0007 | 1.0016 |"
     assert alone in serving_subject.details(results)

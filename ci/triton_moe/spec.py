@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+SPEC_OF = ("0.25.1",)  # the releases whose rules this is (0.33.0 adds GROUP_SIZE_M to the WNA16 CUDA config)
 NON_EP = -1  # global_num_experts of a caller without expert parallelism
 BATCH_INVARIANT_CONFIG = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8, "SPLIT_K": 1}
 WNA16_CUDA_GROUP_SIZES = (32, 64, 128)

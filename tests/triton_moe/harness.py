@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from ci.triton_moe import spec
+
 ROWS = (1, 2, 3, 4, 5, 8, 9, 16, 17, 20, 21, 24, 32, 33, 40, 41, 48, 64, 65, 96, 97, 128, 129, 256, 512, 513, 1024,
         1536, 3000, 4096, 8192)  # fmt: skip
 
@@ -16,3 +20,11 @@ def read_table(path: Path) -> dict[int, dict] | None:
     raw = json.loads(path.read_text())
     raw.pop("triton_version", None)
     return {int(size): config for size, config in raw.items()}
+
+
+def require_specified_release(trees) -> None:
+    """Skip, saying why, on a release the spec is not written from: its rules may differ (0.33.0's do)."""
+    version = trees.manifest.vllm_version
+    if version not in spec.SPEC_OF:
+        pytest.skip(f"ci.triton_moe.spec is vLLM {', '.join(spec.SPEC_OF)}'s config choice; this tree is vLLM "
+                    f"{version}: the subject follows it once the spec has its rules")  # fmt: skip

@@ -17,7 +17,7 @@ import pytest
 
 from ci.kernel.shapes import MODELS
 from ci.triton_moe import spec
-from tests.triton_moe.harness import ROWS, read_table
+from tests.triton_moe.harness import ROWS, read_table, require_specified_release
 
 # the H200 family reads the H200's tables (an "H200 NVL" too); a GH200 is not of it
 DEVICES = ("NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA GH200 480GB", "NVIDIA H100 80GB HBM3", "NVIDIA A10G")
@@ -28,6 +28,7 @@ DTYPES = ((None, None), ("fp8_w8a8", None), ("fp8_w8a8", [128, 128]), ("int4_w4a
 
 @pytest.fixture(scope="module")
 def fused_moe(trees):
+    require_specified_release(trees)
     from vllm.model_executor.layers.fused_moe import fused_moe as module
 
     assert Path(module.__file__).resolve().is_relative_to(trees.base.resolve())

@@ -19,7 +19,7 @@ import torch
 
 from ci.kernel.shapes import MODELS
 from ci.triton_moe import spec
-from tests.triton_moe.harness import ROWS, read_table
+from tests.triton_moe.harness import ROWS, read_table, require_specified_release
 
 # (config dtype, block_shape, the use_* flag fused_experts_impl takes)
 SCHEMES = ((None, None, {}), ("fp8_w8a8", None, {"use_fp8_w8a8": True}),
@@ -31,6 +31,7 @@ DEVICE = "NVIDIA H200"
 @pytest.fixture
 def spied(trees, monkeypatch):
     """The base tree's fused_moe module with its kernels, aligner and quantization spied; the calls they saw."""
+    require_specified_release(trees)
     from vllm.model_executor.layers.fused_moe import fused_moe as fm
 
     calls: list[tuple] = []

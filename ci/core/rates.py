@@ -12,7 +12,7 @@ from pathlib import Path
 from ci.core import stats
 from ci.core.compare import GateReport, compare_ab
 from ci.core.errors import UsageError
-from ci.core.jsonio import write_json
+from ci.core.jsonio import read_json, write_json
 
 SUMMARY_JSON, SUMMARY_MD = "error-rates.json", "error-rates.md"
 DEFAULT_INJECT = (0.02, 0.035, 0.05)
@@ -93,8 +93,6 @@ def continued(out: Path, payload: dict, keep: Sequence[str] = ()) -> dict:
     thing on the same GPU: the same kind, GPU and settings, but for the ``keep`` settings, which only the
     earlier table has (e.g. the pilot's figure that sized the injected sleep). A :class:`UsageError`
     naming what differs otherwise."""
-    from ci.core.jsonio import read_json
-
     path = out / SUMMARY_JSON
     if not path.exists():
         return payload

@@ -126,10 +126,10 @@ class Runner:
 Key = tuple[int, str]  # (launch pair, build): one server
 
 
-def launch_groups(profile: Profile) -> list[list[int]]:
-    """The launch pairs that start together: ``pairs_at_once`` consecutive pairs (with ``--start parallel``;
-    one pair at a time otherwise), the last group holding what is left."""
-    k = max(1, profile.pairs_at_once)
+def launch_groups(profile: Profile, start: str) -> list[list[int]]:
+    """The launch pairs that start together: ``pairs_at_once`` consecutive pairs with ``start`` parallel (one
+    pair at a time otherwise), the last group holding what is left."""
+    k = max(1, profile.pairs_at_once) if start == "parallel" else 1
     return [list(range(g, min(g + k, profile.launches))) for g in range(0, profile.launches, k)]
 
 
@@ -218,7 +218,7 @@ def run_launches(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundRe
     if runner.client is not None:
         runner.client.start()  # imports vLLM while the first server starts
     try:
-        for group in launch_groups(p) if runner.start == "parallel" else [[n] for n in range(p.launches)]:
+        for group in launch_groups(p, runner.start):
             records = {}
             for pair in group:
                 records[pair] = {"launch": pair, "order": list(launch_order(pair)), "started_with": group,

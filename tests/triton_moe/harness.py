@@ -28,3 +28,16 @@ def require_specified_release(trees) -> None:
     if version not in spec.SPEC_OF:
         pytest.skip(f"ci.triton_moe.spec is vLLM {', '.join(spec.SPEC_OF)}'s config choice; this tree is vLLM "
                     f"{version}: the subject follows it once the spec has its rules")  # fmt: skip
+
+
+def on_device(fused_moe, monkeypatch, device: str) -> None:
+    """The platform's answers for ``device`` (this machine has none): its name, CUDA (the WNA16 rule asks) and
+    its FP8 type; the tuned tables read again."""
+    import torch
+
+    platform = fused_moe.current_platform
+    monkeypatch.setattr(platform, "get_device_name", lambda device_id=0: device, raising=False)
+    monkeypatch.setattr(platform, "is_cuda", lambda: True, raising=False)
+    monkeypatch.setattr(platform, "is_rocm", lambda: False, raising=False)
+    monkeypatch.setattr(platform, "fp8_dtype", lambda: torch.float8_e4m3fn, raising=False)
+    fused_moe.get_moe_configs.cache_clear()

@@ -17,7 +17,7 @@ import pytest
 
 from ci.kernel.shapes import MODELS
 from ci.triton_moe import spec
-from tests.triton_moe.harness import ROWS, read_table, require_specified_release
+from tests.triton_moe.harness import ROWS, on_device, read_table, require_specified_release
 
 # the H200 family reads the H200's tables (an "H200 NVL" too); a GH200 is not of it
 DEVICES = ("NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA GH200 480GB", "NVIDIA H100 80GB HBM3", "NVIDIA A10G")
@@ -37,16 +37,8 @@ def fused_moe(trees):
 
 @pytest.fixture
 def platform(fused_moe, monkeypatch):
-    """The platform's answers for a device: its name, and CUDA (the WNA16 rule asks)."""
-    platform = fused_moe.current_platform
-
-    def on(device: str) -> None:
-        monkeypatch.setattr(platform, "get_device_name", lambda device_id=0: device, raising=False)
-        monkeypatch.setattr(platform, "is_cuda", lambda: True, raising=False)
-        monkeypatch.setattr(platform, "is_rocm", lambda: False, raising=False)
-        fused_moe.get_moe_configs.cache_clear()
-
-    yield on
+    """Answer as a given device (``harness.on_device``)."""
+    yield lambda device: on_device(fused_moe, monkeypatch, device)
     fused_moe.get_moe_configs.cache_clear()
 
 

@@ -19,7 +19,7 @@ import torch
 
 from ci.kernel.shapes import MODELS
 from ci.triton_moe import spec
-from tests.triton_moe.harness import ROWS, read_table, require_specified_release
+from tests.triton_moe.harness import ROWS, on_device, read_table, require_specified_release
 
 # (config dtype, block_shape, the use_* flag fused_experts_impl takes)
 SCHEMES = ((None, None, {}), ("fp8_w8a8", None, {"use_fp8_w8a8": True}),
@@ -46,11 +46,7 @@ def spied(trees, monkeypatch):
                config, **kwargs):  # fmt: skip
         calls.append(("gemm", dict(config), tuple(b.shape)))
 
-    platform = fm.current_platform
-    monkeypatch.setattr(platform, "get_device_name", lambda device_id=0: DEVICE, raising=False)
-    monkeypatch.setattr(platform, "is_cuda", lambda: True, raising=False)
-    monkeypatch.setattr(platform, "is_rocm", lambda: False, raising=False)
-    monkeypatch.setattr(platform, "fp8_dtype", lambda: torch.float8_e4m3fn, raising=False)
+    on_device(fm, monkeypatch, DEVICE)
     monkeypatch.setattr(fm, "_prepare_expert_assignment", prepare)
     monkeypatch.setattr(fm, "dispatch_fused_moe_kernel", launch)
     monkeypatch.setattr(fm, "apply_moe_activation", lambda *args, **kwargs: None)

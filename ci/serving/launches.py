@@ -31,10 +31,15 @@ from ci.serving.config import (
     served_name,
     server_env,
 )
-from ci.serving.server import Server, free_port, server_itl_ms
+from ci.serving.server import Server, free_port, log_tail, server_itl_ms
 from ci.trees.manifest import Trees
 
 DEFAULT_PORT = 18000
+# A server that died starting because another took the port vLLM had just found free (torch.distributed's
+# store, between vLLM's probe and its bind: servers that start at once race for them; one of the H200's runs
+# of 2026-12-01) is started again, so often at most; its first log is kept beside the new one
+PORT_RACE = "EADDRINUSE"
+PORT_RACE_RESTARTS = 2
 INJECT_DIR = Path(__file__).resolve().parent / "inject"  # sitecustomize: the injected slowdown
 STARTS = {
     "serial": "a pair's servers start one after the other, each sizing its KV cache from the free memory",
@@ -147,7 +152,7 @@ def _start(runner: Runner, keys: Sequence[Key], servers: dict[Key, Server], reco
         if not parallel:
             t0 = time.monotonic()
             servers[key] = runner.server(build, _port(key, records[pair]), pair).start()
-        servers[key].wait_healthy(runner.health_timeout_s)
+        _wait_healthy(runner, key, servers, records[pair])
         records[pair]["startup_s"][build] = round(time.monotonic() - t0, 1)
         print(f"tpot: launch {pair}: {build} server healthy after {records[pair]['startup_s'][build]} s on port "
               f"{servers[key].port}", flush=True)  # fmt: skip
@@ -155,6 +160,26 @@ def _start(runner: Runner, keys: Sequence[Key], servers: dict[Key, Server], reco
             _warm_up(runner, key, servers, records[pair])
     for key in keys if parallel else ():
         _warm_up(runner, key, servers, records[key[0]])
+
+
+def _wait_healthy(runner: Runner, key: Key, servers: dict[Key, Server], record: dict) -> None:
+    """Wait for the server of ``key``; one that lost a port race (its log says ``EADDRINUSE``) is started again,
+    at most ``PORT_RACE_RESTARTS`` times, each restart recorded (``port_race_restarts``);
+    any other failure is the error it was."""
+    pair, build = key
+    for restart in range(PORT_RACE_RESTARTS + 1):
+        try:
+            servers[key].wait_healthy(runner.health_timeout_s)
+            return
+        except ServerError:
+            server = servers[key]
+            if restart == PORT_RACE_RESTARTS or server.running() or PORT_RACE not in log_tail(server.log, 400):
+                raise
+            server.stop()
+            server.log.rename(server.log.with_name(f"{server.log.stem}-port-race-{restart + 1}.log"))
+            print(f"tpot: launch {pair}: {build} server lost a port race ({PORT_RACE}), starting it again", flush=True)
+            record.setdefault("port_race_restarts", {})[build] = restart + 1
+            servers[key] = runner.server(build, _port(key, record), pair).start()
 
 
 def _warm_up(runner: Runner, key: Key, servers: dict[Key, Server], record: dict) -> None:

@@ -169,6 +169,9 @@ class Server:
                 f"{self.served_name!r}: another server holds the port; stop it or let the gate pick another port"
             )
 
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def check_alive(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             raise self._died() if self.proc else ServerError(f"{self.name} is not running")

@@ -3,7 +3,8 @@
 Installed into fake vLLM trees by the TPOT tests, twice: as ``vllm/entrypoints/cli/main.py``
 (the ``vllm serve`` / ``vllm bench serve`` commands) and as ``vllm/benchmarks/serve.py``
 (``add_cli_args`` and ``main``, which ``ci/serving/bench_client.py`` imports). Behaviour is set by
-environment variables: STANDIN_MODE (ok | die | never-healthy), STANDIN_TPOT (ms, the
+environment variables: STANDIN_MODE (ok | die | never-healthy | port-race-once: dies as torch.distributed
+does when another process took its port, once per STANDIN_PORT_RACE_FILE), STANDIN_TPOT (ms, the
 server's), STANDIN_TPOT_SEQUENCE (comma-separated: the server's first answers, a slow start),
 STANDIN_DELAY (s before healthy), STANDIN_HEALTHY_AFTER_FILE (not healthy before that file exists),
 STANDIN_BENCH (ok | fail). The bench asks the
@@ -39,6 +40,14 @@ def serve(argv):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     with open(os.environ["STANDIN_CHILD_PID_FILE"], "w") as fh:
         fh.write(str(child.pid))
+    race = os.environ.get("STANDIN_PORT_RACE_FILE", "")
+    if mode == "port-race-once" and not os.path.exists(race):
+        open(race, "w").close()
+        print(
+            "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+            "address. port: 39745, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use"
+        )
+        sys.exit(1)
     if mode == "die":
         print("RuntimeError: No available memory for the cache blocks", flush=True)
         sys.exit(3)

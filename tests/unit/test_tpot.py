@@ -335,6 +335,31 @@ def test_parallel_start_launches_both_servers_of_a_pair_at_once(standin_trees, t
     assert serial.cases[0].info["profile"]["pairs_at_once"] == 1  # serial: one pair at a time, and recorded so
 
 
+def test_a_server_that_lost_a_port_race_is_started_again_and_recorded(standin_trees, tmp_path, monkeypatch):
+    """A server that died with EADDRINUSE (another server took the port vLLM found free) starts again, its
+    first log kept and the restart recorded; a server that died otherwise, or lost every race, is the error."""
+    _tiny_profile(monkeypatch, launches=1, rounds=1)
+    monkeypatch.setenv("STANDIN_MODE", "port-race-once")
+    monkeypatch.setenv("STANDIN_PORT_RACE_FILE", str(tmp_path / "raced"))
+    out = tmp_path / "out"
+    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, out, "concurrent", 20)
+    (record,) = results.cases[0].extra["timeline"]["launches"]
+    first = record["order"][0]
+    assert record["port_race_restarts"] == {first: 1}
+    assert results.cases[0].samples == {"base": [10.0], "candidate": [10.0]}
+    assert "EADDRINUSE" in (out / f"server-l0-{first}-port-race-1.log").read_text()
+    assert "EADDRINUSE" not in (out / f"server-l0-{first}.log").read_text()
+    monkeypatch.setattr(launches, "PORT_RACE_RESTARTS", 0)
+    (tmp_path / "raced").unlink()
+    with pytest.raises(ServerError, match=r"exited with code 1 before it was healthy(?s:.)*EADDRINUSE"):
+        tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "lost", "concurrent", 20)
+    monkeypatch.setattr(launches, "PORT_RACE_RESTARTS", 2)
+    monkeypatch.setenv("STANDIN_MODE", "die")
+    with pytest.raises(ServerError, match="exited with code 3"):
+        tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "died", "concurrent", 20)
+    assert not list((tmp_path / "died").glob("*port-race*"))
+
+
 def test_pairs_started_together_share_a_start_and_keep_their_own_rounds(standin_trees, tmp_path, monkeypatch):
     """Three pairs, two at a time: pair 0's servers get healthy only once pair 1's candidate server has
     started, so the group's four servers start at once; then each pair's rounds in turn (a b b a), the pairs

@@ -238,12 +238,27 @@ def lint(session: nox.Session) -> None:
     session.run("check-jsonschema", "--builtin-schema", "vendor.github-actions", *actions)
 
 
-def _cpu_tier(session: nox.Session, *paths: str) -> None:
-    """Install what the default release needs, build its trees, run pytest over ``paths`` on them."""
+# the CPU tier of each subject, by the entry module the change is loaded through (ci.trees.variants)
+SUBJECT_TIERS = {"vllm.model_executor.layers.fused_moe.experts.marlin_moe": "tests/ep_marlin",
+                 "vllm.model_executor.layers.fused_moe.fused_moe": "tests/triton_moe"}  # fmt: skip
+
+
+def _subject_tier(manifest: Path) -> str:
+    """The tests of the change's subject: by the entry module the build chose for it."""
+    import json
+
+    return SUBJECT_TIERS[json.loads(manifest.read_text()).get("entry_module") or next(iter(SUBJECT_TIERS))]
+
+
+def _cpu_tier(session: nox.Session, *paths: str, subject_tier: bool = False) -> None:
+    """Install what the default release needs, build its trees, run pytest over ``paths`` on them (first the
+    tier of the change's subject, with ``subject_tier``)."""
     args = parse_session_args(session.posargs)
     _install_vllm_deps(session, args, gpu=False)
     _requirements(session, "test")
     manifest = _build(session, args)
+    if subject_tier:
+        paths = (_subject_tier(manifest), *paths)
     _pytest(session, manifest, *paths, "-n", os.environ.get("GATE_TEST_WORKERS", "auto"), *args.rest)
 
 
@@ -259,8 +274,8 @@ GATE_OWN_CHECKS = ("--ignore=tests/ep_marlin/test_mutants.py",)
 
 @nox.session(default=False)
 def check(session: nox.Session) -> None:
-    """A patch tried fast: the CPU tier of the change alone (no unit tests of the gate), one verdict line."""
-    _cpu_tier(session, "tests/ep_marlin", "-m", "not gpu", *GATE_OWN_CHECKS, "-q")
+    """A patch tried fast: the CPU tier of the change's subject alone (no unit tests of the gate), one verdict."""
+    _cpu_tier(session, "-m", "not gpu", *GATE_OWN_CHECKS, "-q", subject_tier=True)
 
 
 # Releases the CPU tier follows besides the default one, each in its own environment, its dependencies read
@@ -313,10 +328,10 @@ def _gpu_session(session: nox.Session) -> tuple[int, SessionArgs, Path]:
 
 @nox.session(default=False)
 def gpu_tests(session: nox.Session) -> None:
-    """GPU equivalence suite, one pytest-xdist worker per GPU (stops at once without a GPU)."""
+    """GPU equivalence suite of the change's subject, one pytest-xdist worker per GPU (stops without a GPU)."""
     n_gpus, args, manifest = _gpu_session(session)
     out = _out(session, args)
-    _pytest(session, manifest, "tests/ep_marlin", "-m", "gpu", "--require-gpu", "-n", str(n_gpus),
+    _pytest(session, manifest, _subject_tier(manifest), "-m", "gpu", "--require-gpu", "-n", str(n_gpus),
             f"--junitxml={out / outputs.SUITE_JUNIT}", f"--gate-summary={out / outputs.SUITE_SUMMARY}",
             *args.rest)  # fmt: skip
 
@@ -371,6 +386,12 @@ def gate(session: nox.Session) -> None:
 def update_baselines(session: nox.Session) -> None:
     """Store a results file as the baseline of its GPU and suite (refuses to overwrite without --force)."""
     _stage(session, _python(session), "-m", "ci.core.baselines", "record", *_with_results(session.posargs))
+
+
+@nox.session(default=False)
+def triton_bench(session: nox.Session) -> None:
+    """Triton fused-MoE A/B on one GPU: one EP rank's fused_experts_impl, its config choice and regret table."""
+    _gpu_stage(session, "ci.triton_moe.bench")
 
 
 @nox.session(default=False)

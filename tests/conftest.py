@@ -186,6 +186,25 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(GPU_SKIP_REASON)
 
 
+@pytest.fixture
+def metric(record_property):
+    """Record a measured error (and its bound) for the run's JSON summary: metric(check, value, bound)."""
+    from tests.shared import METRIC_PROPERTY
+
+    def record(check: str, value: float, bound: float | None) -> None:
+        record_property(METRIC_PROPERTY, {"check": check, "value": float(value), "bound": bound})
+
+    return record
+
+
+@pytest.fixture
+def contract(request):
+    """The change's contract (None: the change has none)."""
+    from tests.shared import contract_of
+
+    return contract_of(request.config)
+
+
 @pytest.fixture(scope="session")
 def trees(request: pytest.FixtureRequest):
     """The base and candidate vLLM trees under test (see ci.trees.build)."""

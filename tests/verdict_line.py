@@ -30,6 +30,13 @@ CHECKS = {
     "test_batched_path.py::test_batched_arguments_are_the_base_unless_declared": (
         "the batched path, which the change does not declare, hands the kernels other arguments", "batched",
         "revert that part of the change, or declare the path in its contract.py (CHANGES_BATCHED = True)"),
+    "test_fused_experts_config.py::test_each_launch_gets_the_specified_config_and_the_aligner_the_same_tile": (
+        "the base tree does not launch the release's Triton config (ci/triton_moe/spec.py)", "triton",
+        "the oracle does not fit this vLLM release: a bug of the gate for it, not of the change; report it"),
+    "test_candidate_config.py::test_the_candidate_launches_what_its_contract_says": (
+        "the candidate's Triton config breaks an invariant, a path it does not declare or its contract's rule",
+        "triton", "read the first call named below; fix the change, or triton_config in its contract.py if the "
+        "rule is wrong, or declare the path (CHANGES_NON_EP / CHANGES_EP)"),
 }  # fmt: skip
 GPU_SUITE = "test_gpu_equivalence.py"
 GPU_CHECK = ("the candidate's outputs fail a numerical check on the GPU", "GPU",
@@ -50,6 +57,8 @@ def _check_of(nodeid: str) -> tuple[str, tuple[str, str, str]] | None:
 def _path(nodeid: str, path: str) -> str:
     if path == "GPU":
         return "the GPU suite (" + nodeid.partition("::")[2].split("[", 1)[0] + ")"
+    if path == "triton":
+        return "the Triton fused-MoE path"
     if path != "fused" or "[" not in nodeid:
         return f"the {path} path"
     return "the non-EP fused path" if "-epnone-" in nodeid else "the EP fused path"

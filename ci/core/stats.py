@@ -75,6 +75,13 @@ class Effect:
     n_candidate: int
 
 
+def positive_times(xs) -> bool:
+    """``xs`` is a non-empty list of finite positive numbers (booleans are not numbers here)."""
+    return (isinstance(xs, list) and bool(xs)
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+                    for x in xs))  # fmt: skip
+
+
 def median(xs: Sequence[float]) -> float:
     return statistics.median(xs)
 

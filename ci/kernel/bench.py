@@ -39,7 +39,7 @@ from pathlib import Path
 
 from ci.core import stats
 from ci.core.cli import run_main
-from ci.core.errors import GPUBusyError, UsageError, WrongResultsError
+from ci.core.errors import UsageError, WrongResultsError
 from ci.core.results import BenchResults, CaseResult
 from ci.kernel.formats import FORMATS_BY_NAME
 from ci.kernel.graphs import (
@@ -284,10 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = outputs.results_file(args.out, outputs.KERNEL_RESULTS)
     cases = suite_cases(args.suite, args.cases)
     trees = load_trees(args.manifest)
-    gpus = gpu.require_gpus()
-    busy = gpu.busy_gpus(gpus[:1])
-    if busy and not args.allow_busy:
-        raise GPUBusyError(f"the GPU is busy: {busy[0]}; wait for it, or pass --allow-busy (timings will be noisy)")
+    gpu.require_idle_gpus(1, allow_busy=args.allow_busy)
     results = run_suite(trees, cases, args.repeats, args.suite, aa=args.aa, case_filter=args.cases,
                         captures=args.captures, block_size_repeats=args.block_size_repeats,
                         inject=args.inject_slowdown)  # fmt: skip

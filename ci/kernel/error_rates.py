@@ -100,15 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     inject_cases = suites.suite_cases(args.suite, inject_filter)
     rates.check_out(args.out)
 
-    from ci.core.errors import GPUBusyError
     from ci.runner import gpu
     from ci.trees.manifest import load_trees
 
     trees = load_trees(args.manifest)
-    gpus = gpu.require_gpus()
-    busy = gpu.busy_gpus(gpus[:1])
-    if busy and not args.allow_busy:
-        raise GPUBusyError(f"the GPU is busy: {busy[0]}; wait for it, or pass --allow-busy (rates will be wrong)")
+    gpus = gpu.require_idle_gpus(1, allow_busy=args.allow_busy, what="rates will be wrong")
     plan = [(0.0, i, aa_cases, args.cases) for i in range(1, args.aa_runs + 1)]
     plan += [(f, 1, inject_cases, inject_filter) for f in args.inject]
     payload = {

@@ -31,8 +31,7 @@ def regret(case: CaseResult) -> dict | None:
     if not isinstance(per_bm, dict) or not isinstance(picks, dict):
         raise DataError(f"case {case.id}: block_sizes_us and block_size_m should be objects")
     for bm, xs in per_bm.items():
-        numbers = isinstance(xs, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
-        if not str(bm).isdigit() or not numbers or not xs or not all(math.isfinite(x) and x > 0 for x in xs):
+        if not str(bm).isdigit() or not stats.positive_times(xs):
             raise DataError(f"case {case.id}: block_sizes_us[{bm!r}] should be a non-empty list of positive times")
     medians = {int(bm): stats.median(xs) for bm, xs in per_bm.items()}
     best = min(medians, key=medians.get)

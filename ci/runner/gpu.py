@@ -178,3 +178,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(run_main(main))
+
+
+def require_idle_gpus(count: int = 1, *, allow_busy: bool = False, what: str = "timings will be noisy") -> list:
+    """The first ``count`` visible GPUs, refused (:class:`GPUBusyError`) when another workload uses one
+    heavily, unless ``allow_busy``; ``what`` says what a busy GPU would spoil."""
+    from ci.core.errors import GPUBusyError
+
+    gpus = require_gpus()[:count]
+    busy = busy_gpus(gpus)
+    if busy and not allow_busy:
+        raise GPUBusyError(f"the GPU is busy: {busy[0]}; wait for it, or pass --allow-busy ({what})")
+    return gpus

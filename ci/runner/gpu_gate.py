@@ -35,7 +35,7 @@ from pathlib import Path
 
 from ci.core import baselines, report
 from ci.core.cli import run_main
-from ci.core.errors import DataError, ExitCode, GateError
+from ci.core.errors import DataError, ExitCode, GateError, UsageError
 from ci.runner import outputs
 from ci.runner.jobsummary import describe
 from ci.trees.manifest import load_trees
@@ -91,6 +91,12 @@ def table(steps: Sequence[Step], code: int) -> str:
 def run_gate(manifest: Path, out: Path, *, suite: str, workers: int, baseline_dir: Path,
              count_baseline: bool = False) -> tuple[list[Step], int]:  # fmt: skip
     trees = load_trees(manifest)
+    from ci.trees.variants import ENTRY_MODULE, entry_module
+
+    if entry_module(trees) != ENTRY_MODULE:
+        raise UsageError(f"{manifest}: the change enters vLLM through {entry_module(trees)}, and gpu_gate runs the "
+                         "Marlin subject; for a Triton fused-MoE change run nox -s gpu_tests and nox -s "
+                         "triton_bench, then nox -s gate -- --results <its triton-moe-results.json>")  # fmt: skip
     py = sys.executable
     results = out / "bench" / outputs.KERNEL_RESULTS
     steps = [

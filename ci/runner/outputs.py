@@ -13,11 +13,16 @@ from pathlib import Path
 OUT_DIR = ".gate/out"
 KERNEL_RESULTS = "kernel-results.json"  # ci.kernel.bench
 TPOT_RESULTS = "tpot-results.json"  # ci.serving.tpot
+TRITON_RESULTS = "triton-moe-results.json"  # ci.triton_moe.bench
 ERROR_RATES = "error-rates"  # ci.kernel.error_rates: a folder (its runs and error-rates.{json,md})
 SUITE_JUNIT = "junit.xml"  # the GPU suite (pytest)
 SUITE_SUMMARY = "summary.json"  # the GPU suite's summary (tests/conftest.py, --gate-summary)
 VERDICT = ("verdict.json", "report.md", "plot.png")  # ci.core.compare.OUTPUT_FILES, in its --out folder
-WRITERS = {KERNEL_RESULTS: "nox -s bench", TPOT_RESULTS: "nox -s tpot"}  # the session that writes each
+WRITERS = {
+    KERNEL_RESULTS: "nox -s bench",
+    TPOT_RESULTS: "nox -s tpot",
+    TRITON_RESULTS: "nox -s triton_bench",
+}  # the session that writes each
 
 
 def results_file(out_dir: Path, name: str) -> Path:

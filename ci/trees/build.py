@@ -196,7 +196,7 @@ def _build_into(out: Path, opts: BuildOptions, release: Release, taken: list[str
     base = base.rename(out / "base")
     candidate = candidate.rename(out / "candidate")
     changes = tuple(treediff.differences(base, candidate))
-    check_changes(changes, opts.patch, candidate)
+    entry = check_changes(changes, opts.patch, candidate, (contract or {}).get("entry_module"))
     manifest = TreeManifest(
         vllm_version=release.version,
         vllm_source=release.source + _overlay_label(opts),
@@ -210,6 +210,7 @@ def _build_into(out: Path, opts: BuildOptions, release: Release, taken: list[str
         overlaid_files=tuple(overlaid),
         refs=opts.refs,
         contract=None if contract is None else {**contract, "path": _display_path(Path(contract["path"]))},
+        entry_module=entry,
         tools=_tool_versions(),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         command=command_line(),
@@ -219,10 +220,12 @@ def _build_into(out: Path, opts: BuildOptions, release: Release, taken: list[str
     return Trees(manifest_path=manifest_path, manifest=manifest, base=base, candidate=candidate)
 
 
-def check_changes(changes: Sequence[FileChange], patch: Path, candidate: Path) -> None:
+def check_changes(changes: Sequence[FileChange], patch: Path, candidate: Path, entry: str | None = None) -> str:
     """Refuse what the trees cannot test: a symbolic link the change puts into vLLM (it could name any file
     of the host), a change of no file's content, and a module the in-process tiers would never load from
-    the candidate (``ci.trees.variants.candidate_modules``: named, with the reason)."""
+    the candidate (``ci.trees.variants.choose_entry``: through the contract's ``ENTRY_MODULE``, or without
+    one the subject entry that reaches every changed module; a refusal names each file and why). Returns the
+    entry module."""
     links = [c.path for c in changes if c.what == treediff.LINK]
     if links:
         targets = ", ".join(f"{p} -> {os.readlink(candidate / p)}" for p in links)
@@ -236,7 +239,7 @@ def check_changes(changes: Sequence[FileChange], patch: Path, candidate: Path) -
         )
     from ci.trees import variants
 
-    variants.candidate_modules(changes, candidate, source=str(patch))
+    return variants.choose_entry(changes, candidate, source=str(patch), declared=entry)
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> list[argparse.Action]:

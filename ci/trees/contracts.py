@@ -8,6 +8,9 @@ checks. A contract adds what only the change's author can say:
 * which paths it is allowed to change (``CHANGES_NON_EP``, ``CHANGES_EP``, ``CHANGES_BATCHED``; a path it
   does not declare must hand the kernels exactly the base's arguments, under the default setting);
 * exact rules (``fused_block_size_m``, ``batched_block_size_m``): the block size it must pick, per call;
+* ``ENTRY_MODULE``: the module the candidate is loaded through, its subject's entry (default: Marlin's
+  ``marlin_moe``; a Triton fused-MoE change names ``fused_moe.fused_moe``, and its rule ``triton_config``
+  gives the config under EP from the spec's configs for ``M`` and for ``ceil(M * E / G)`` rows);
 * ``SETTINGS``: named environment settings the rules are checked under (``{"default": {}}`` when absent),
   e.g. an opt-in variable whose default must leave everything as it was.
 
@@ -37,12 +40,13 @@ from pathlib import Path
 
 from ci.core.errors import UsageError
 from ci.kernel import spec
+from ci.trees.variants import ENTRY_MODULE
 
 CONTRACT_FILE = "contract.py"
 DEFAULT_SETTING = "default"
 NO_CONTRACT = "no contract: no rule of the change was checked (universal invariants, numerics and performance only)"
 _FLAGS = ("CHANGES_NON_EP", "CHANGES_EP", "CHANGES_BATCHED")
-_RULES = ("fused_block_size_m", "batched_block_size_m")
+_RULES = ("fused_block_size_m", "batched_block_size_m", "triton_config")
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,8 @@ class Contract:
     settings: dict[str, dict[str, str]] = field(default_factory=lambda: {DEFAULT_SETTING: {}})
     fused_block_size_m: Callable[..., int] | None = None
     batched_block_size_m: Callable[..., int] | None = None
+    triton_config: Callable[..., dict] | None = None  # the Triton fused-MoE config under EP (ci.triton_moe)
+    entry_module: str = ENTRY_MODULE  # the module the candidate is loaded through: the subject's entry
 
     @property
     def rules(self) -> list[str]:
@@ -74,7 +80,7 @@ class Contract:
 
     def to_json(self) -> dict:
         return {"name": self.name, "path": self.path, "sha256": self.sha256, "rules": self.rules,
-                "describe": self.describe()}  # fmt: skip
+                "describe": self.describe(), "entry_module": self.entry_module}  # fmt: skip
 
 
 class ContractError(UsageError):
@@ -215,6 +221,10 @@ def load_contract(path: Path) -> Contract:
         )
     if settings[DEFAULT_SETTING]:
         raise ContractError(f"{path}: SETTINGS[{DEFAULT_SETTING!r}] must be empty: it is what a user gets by default")
+    entry = getattr(module, "ENTRY_MODULE", ENTRY_MODULE)
+    dotted = isinstance(entry, str) and all(part.isidentifier() for part in entry.split("."))
+    if not dotted or not entry.startswith("vllm."):
+        raise ContractError(f"{path}: ENTRY_MODULE must name a vLLM module (e.g. {ENTRY_MODULE!r}), found {entry!r}")
     rules = {r: getattr(module, r, None) for r in _RULES}
     bad = [r for r, f in rules.items() if f is not None and not callable(f)]
     if bad:
@@ -229,6 +239,7 @@ def load_contract(path: Path) -> Contract:
         changes_ep=flags["CHANGES_EP"],
         changes_batched=flags["CHANGES_BATCHED"],
         settings=settings,
+        entry_module=entry,
         **rules,
     )
 

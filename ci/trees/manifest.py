@@ -30,6 +30,7 @@ class TreeManifest:
     overlaid_files: tuple[str, ...] = ()
     refs: dict | None = None  # --head-ref: the refs, their commits and the files the branch changes
     contract: dict | None = None  # ci.trees.contracts.Contract.to_json(), or None: no rule of the change is checked
+    entry_module: str = ""  # the module the candidate is loaded through (ci.trees.variants); "": Marlin's
     tools: dict[str, str] = field(default_factory=dict)
     created_at: str = ""
     command: str = ""

@@ -19,6 +19,7 @@ use it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.abc
 import importlib.util
@@ -32,6 +33,9 @@ from ci.trees.manifest import Trees
 from ci.trees.treediff import REMOVED, FileChange, differences
 
 ENTRY_MODULE = "vllm.model_executor.layers.fused_moe.experts.marlin_moe"
+# the entry modules of the gate's subjects (Marlin's first): a change is loaded through the one its contract
+# names, or, without one, the first through which the candidate runs every module it changes
+ENTRY_MODULES = (ENTRY_MODULE, "vllm.model_executor.layers.fused_moe.fused_moe")
 
 
 def module_name(rel_path: str) -> str:
@@ -127,8 +131,9 @@ def candidate_modules(changes: list[FileChange] | tuple[FileChange, ...], candid
     if problems:
         raise PatchError(
             f"{source} changes what the gate's in-process tiers cannot test: " + "; ".join(problems) + ". "
-            "Test only the Marlin MoE path's modules in this gate (split the patch), or test the whole build "
-            "with --vllm installed. Nothing was changed."
+            f"Test only modules {entry} imports in this gate (split the patch; a change of another subject's "
+            "path names its entry module in its contract, ENTRY_MODULE), or test the whole build with --vllm "
+            "installed. Nothing was changed."
         )
     return [*names, *([] if entry in names else [entry])]
 
@@ -151,8 +156,9 @@ def _parent_and_leaf(name: str) -> tuple[ModuleType, str]:
     return importlib.import_module(parent_name), leaf
 
 
-def load_modules(tree: Path, names: list[str]) -> dict[str, ModuleType]:
-    """Execute ``names`` from ``tree`` as new module objects; leave ``sys.modules`` as it was."""
+def load_modules(tree: Path, names: list[str], during=None) -> dict[str, ModuleType]:
+    """Execute ``names`` from ``tree`` as new module objects; leave ``sys.modules`` as it was. ``during``: a
+    context manager the import runs inside (e.g. a module that registers a torch op when imported)."""
     wanted = frozenset(names)
     parents = {n: _parent_and_leaf(n) for n in names}  # imports the parents (and what they import) first
     saved_modules = {n: sys.modules.get(n) for n in names}
@@ -162,7 +168,8 @@ def load_modules(tree: Path, names: list[str]) -> dict[str, ModuleType]:
     finder = _TreeFinder(tree, wanted)
     sys.meta_path.insert(0, finder)
     try:
-        loaded = {n: importlib.import_module(n) for n in names}
+        with during if during is not None else contextlib.nullcontext():
+            loaded = {n: importlib.import_module(n) for n in names}
     finally:
         sys.meta_path.remove(finder)
         for n in names:
@@ -213,11 +220,35 @@ def missing_module_message(module: str, version: str, tree: Path) -> str:
     )
 
 
-def check_base_importable(trees: Trees) -> ModuleType:
+def entry_module(trees: Trees) -> str:
+    """The module the change's candidate is loaded through, as the build chose it (``choose_entry``)."""
+    return trees.manifest.entry_module or (trees.manifest.contract or {}).get("entry_module") or ENTRY_MODULE
+
+
+def choose_entry(changes, candidate: Path, *, source: str, declared: str | None = None) -> str:
+    """The entry module of a change: the one its contract declares (which must then reach every changed
+    module), else the first of ``ENTRY_MODULES`` that does; else Marlin's refusal, naming each file."""
+    if declared:
+        candidate_modules(changes, candidate, source=source, entry=declared)
+        return declared
+    for entry in ENTRY_MODULES[1:]:
+        try:
+            candidate_modules(changes, candidate, source=source, entry=entry)
+        except PatchError:
+            continue
+        try:
+            candidate_modules(changes, candidate, source=source, entry=ENTRY_MODULE)
+        except PatchError:
+            return entry
+    candidate_modules(changes, candidate, source=source, entry=ENTRY_MODULE)
+    return ENTRY_MODULE
+
+
+def check_base_importable(trees: Trees, entry: str = ENTRY_MODULE) -> ModuleType:
     """Import the entry module and check it comes from the base tree, not some other vLLM. A dependency
     vLLM imports that is not installed is one :class:`MissingDependencyError` naming it and the fix."""
     try:
-        module = importlib.import_module(ENTRY_MODULE)
+        module = importlib.import_module(entry)
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name == "vllm" or exc.name.startswith("vllm."):
             raise
@@ -230,7 +261,7 @@ def check_base_importable(trees: Trees) -> ModuleType:
     return module
 
 
-def load_candidate(trees: Trees) -> ModuleType:
+def load_candidate(trees: Trees, entry: str = ENTRY_MODULE, during=None) -> ModuleType:
     """The candidate's entry module, with every changed module loaded from its tree. What the candidate loads
     comes from the trees themselves, which must still differ exactly as the manifest says."""
     found = tuple(differences(trees.base, trees.candidate))
@@ -240,8 +271,8 @@ def load_candidate(trees: Trees) -> ModuleType:
             f"{', '.join(c.path for c in found) or 'nothing'}): something changed them after the build; rebuild "
             "them (nox -s build, or rerun the session)"
         )
-    names = candidate_modules(found, trees.candidate, source=str(trees.manifest.patch_path))
-    return load_modules(trees.candidate, names)[ENTRY_MODULE]
+    names = candidate_modules(found, trees.candidate, source=str(trees.manifest.patch_path), entry=entry)
+    return load_modules(trees.candidate, names, during)[entry]
 
 
 def load_variants(trees: Trees) -> tuple[Variant, Variant]:

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from tests.shared import METRIC_PROPERTY, contract_of
+from tests.shared import contract_of
 
 
 @pytest.fixture(scope="session")
 def variants(trees):
-    """(base, candidate): vLLM's marlin_moe module from each tree, in this process."""
-    from ci.trees.variants import load_variants
+    """(base, candidate): vLLM's marlin_moe module from each tree, in this process. A change whose contract
+    names another subject's entry module (e.g. Triton's fused_moe) is not on this path: skipped, saying so."""
+    from ci.trees.variants import ENTRY_MODULE, entry_module, load_variants
 
+    if entry_module(trees) != ENTRY_MODULE:
+        pytest.skip(f"the change under test enters vLLM through {entry_module(trees)}, not the Marlin MoE path "
+                    "(its own subject's tests check it)")  # fmt: skip
     return load_variants(trees)
 
 
@@ -22,11 +26,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         contract = contract_of(metafunc.config)
         names = list(contract.settings) if contract else ["default"]
         metafunc.parametrize("setting", names)
-
-
-@pytest.fixture
-def contract(request):
-    return contract_of(request.config)
 
 
 @pytest.fixture
@@ -60,13 +59,3 @@ def expert_map_fn():
     from vllm.model_executor.layers.fused_moe.expert_map_manager import determine_expert_map
 
     return determine_expert_map
-
-
-@pytest.fixture
-def metric(record_property):
-    """Record a measured error (and its bound) for the run's JSON summary: metric(check, value, bound)."""
-
-    def record(check: str, value: float, bound: float | None) -> None:
-        record_property(METRIC_PROPERTY, {"check": check, "value": float(value), "bound": bound})
-
-    return record

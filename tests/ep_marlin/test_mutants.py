@@ -10,7 +10,10 @@ under the change's contract and the named setting:
 * ``fused``: the universal invariants and the contract's rule for ``fused_marlin_moe``;
 * ``align``: ``moe_align_block_size`` gets the global expert count and the caller's routing;
 * ``non_ep``: non-EP calls hand the kernels the base's arguments;
-* ``batched``: the batched path's invariants and the contract's batched rule.
+* ``batched``: the batched path's invariants and the contract's batched rule;
+* ``triton``: a Triton fused-MoE change (its contract's ``ENTRY_MODULE``): the config each launch of
+  ``fused_experts_impl`` gets, against the base's and the contract's ``triton_config``
+  (``tests/triton_moe/harness.py``).
 
 The mutant must fail its check; the change itself must pass the same check (the control).
 """
@@ -29,7 +32,7 @@ from tests.ep_marlin import batched_harness as bh
 from tests.ep_marlin import cpu_harness as h
 
 WRITTEN_FOR = "0.25.1"
-CHECKS = ("fused", "align", "non_ep", "batched")
+CHECKS = ("fused", "align", "non_ep", "batched", "triton")
 SAMPLE = [(8, ep, topk) for ep in (None, 2, 4, 8) for topk in (2, 8)] + [(5, 16, 6), (32, 32, 8)]
 
 
@@ -67,16 +70,22 @@ def built(trees, tmp_path_factory):
         pytest.skip(f"the changes and their mutants are written against vLLM {WRITTEN_FOR} (forward)")
     release = Release(version=trees.manifest.vllm_version, root=trees.base, source="base tree")
 
-    def candidate(patch, name):
+    def candidate(patch, name, check):
         out = tmp_path_factory.mktemp(name.replace("/", "-"))
-        return load_candidate(build_trees(BuildOptions(patch=patch, contract="none", out=out), release=release))
+        built = build_trees(BuildOptions(patch=patch, contract="none", out=out), release=release)
+        if check != "triton":
+            return load_candidate(built)
+        from ci.triton_moe import bench
+
+        return load_candidate(built, bench.ENTRY, during=bench.op_registration_skipped())
 
     modules = {}
     for name in CPU_MUTANTS:
         change = MUTANTS[name]["change"]
+        check = MUTANTS[name]["check"]
         if change not in modules:
-            modules[change] = candidate(CHANGES_DIR / change / "change.patch", change)
-        modules[name] = candidate(MUTANTS[name]["patch"], name)
+            modules[change] = candidate(CHANGES_DIR / change / "change.patch", change, check)
+        modules[name] = candidate(MUTANTS[name]["patch"], name, check)
     return modules
 
 
@@ -116,6 +125,19 @@ def test_the_cpu_tier_catches_the_mutant_and_passes_its_change(name, built, vari
         monkeypatch.delenv(var, raising=False)
     for var, value in env.items():
         monkeypatch.setenv(var, value)
+    if m["check"] == "triton":
+        import importlib
+
+        from ci.triton_moe import bench
+        from tests.triton_moe.harness import config_mismatches
+
+        base = importlib.import_module(bench.ENTRY)
+        control = config_mismatches(base, built[m["change"]], contract, monkeypatch)[0]
+        assert not control, f"{m['change']} itself fails the triton check: {control[:3]}"
+        assert config_mismatches(base, built[name], contract, monkeypatch)[0], (
+            f"mutant {name} passed the triton check ({m['why']}): the CPU tier cannot see this bug"
+        )
+        return
     base = variants[0].marlin_moe
     args = (base, contract, env, combos, expert_map_fn)
     assert not _errors(m["check"], built[m["change"]], *args), f"{m['change']} itself fails the {m['check']} check"

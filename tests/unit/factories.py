@@ -95,6 +95,32 @@ def kernel_results(suite: str = "quick", *, captures: int = 6, rounds: int = 3, 
                         cases=cases)  # fmt: skip
 
 
+def triton_results(suite: str = "quick", *, captures: int = 6, rounds: int = 2, ratio_of=lambda case_id: 1.0,
+                   seed: int = 0) -> BenchResults:  # fmt: skip
+    """A Triton fused-MoE bench file as ``ci.triton_moe.bench`` writes it: every case of ``suite``, the
+    candidate ``ratio_of(case id)`` slower, the configs chosen and a regret sweep of two configs."""
+    from ci.triton_moe import bench as triton_bench
+    from ci.triton_moe import suites as triton_suites
+
+    rng = random.Random(seed)
+    cases = []
+    for case in triton_suites.suite_cases(suite):
+        ids = [b for b in range(captures) for _ in range(rounds)]
+        base = [100 * math.exp(rng.gauss(0, 0.003)) for _ in ids]
+        cand = [ratio_of(case.id) * x * math.exp(rng.gauss(0, 0.003)) for x in base]
+        labels = {"base": "m64-n128-k64-w8-s3", "candidate": "m16-n64-k128-w4-s4"}
+        cases.append(CaseResult(
+            id=case.id, unit="us/call", samples={"base": base, "candidate": cand},
+            info={"ep": case.ep, "config_label": labels, "config": {"base": {}, "candidate": {}}},
+            extra={"captures": {"base": ids, "candidate": list(ids)}, "correctness": {"ok": True, "rel_l2": 0.0},
+                   "configs_us": {labels["base"]: [100.0, 101.0], labels["candidate"]: [120.0, 121.0],
+                                  "m32-n64-k64-w4-s3": [90.0, 90.0]}},
+        ))  # fmt: skip
+    settings = {"expected_cases": [c.id for c in cases], "case_filter": None, "aa": False, "failed_cases": {}}
+    return BenchResults(kind=triton_bench.KIND, suite=suite, provenance=dict(PROVENANCE), settings=settings,
+                        cases=cases)  # fmt: skip
+
+
 # A toy vLLM release and patches of it (the builder's tests) ------------------------------------------
 
 MOD = "vllm/layers/mod.py"

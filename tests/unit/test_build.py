@@ -354,3 +354,25 @@ def test_the_sessions_take_the_stages_source_options_and_pass_on_exactly_those_g
     for flag in flags:
         given = [flag] if flag == "--reverse" else [flag, "x"]
         assert parse_session_args(given).build_argv[-len(given) :] == tuple(given), flag
+
+
+def test_the_entry_module_is_the_contracts_or_the_subject_entry_that_runs_the_change(tmp_path):
+    """A change of a module only Triton's fused_moe imports is loaded through it (recorded in the manifest);
+    one Marlin's entry imports stays Marlin's; a contract that declares Marlin's refuses the Triton one."""
+    from ci.trees import variants
+
+    triton = variants.ENTRY_MODULES[1]
+    other = "vllm/layers/other.py"
+    release = _release_with(tmp_path / "rel", {other: "K = 1\n", triton.replace(".", "/") + ".py":
+                            "from vllm.layers import other\n"}, entry="from vllm.layers import mod\n")  # fmt: skip
+    patch = tmp_path / "other.patch"
+    patch.write_text(diff(other, "K = 1\n", "K = 2\n"))
+    trees = build.build_trees(build.BuildOptions(patch=patch, contract="none", out=tmp_path / "t"), release=release)
+    assert trees.manifest.entry_module == triton == variants.entry_module(trees)
+    mine = tmp_path / "mod.patch"
+    mine.write_text(diff(MOD, BEFORE, AFTER))
+    marlin = build.build_trees(build.BuildOptions(patch=mine, contract="none", out=tmp_path / "m"), release=release)
+    assert marlin.manifest.entry_module == ENTRY_MODULE == variants.entry_module(marlin)
+    with pytest.raises(PatchError, match=r"vllm/layers/other\.py is not imported by vllm\.model_executor.*marlin_moe"):
+        variants.choose_entry(trees.manifest.changed_files, trees.candidate, source="p", declared=ENTRY_MODULE)
+    assert variants.choose_entry(trees.manifest.changed_files, trees.candidate, source="p", declared=triton) == triton

@@ -249,7 +249,10 @@ def test_judging_before_the_bench_ran_says_which_session_writes_the_results(tmp_
     assert (
         capsys.readouterr()
         .err.strip()
-        .endswith("(nox -s bench writes kernel-results.json; nox -s tpot writes tpot-results.json)")
+        .endswith(
+            "(nox -s bench writes kernel-results.json; nox -s tpot writes tpot-results.json; "
+            "nox -s triton_bench writes triton-moe-results.json)"
+        )
     )
 
 

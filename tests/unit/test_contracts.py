@@ -98,11 +98,28 @@ def test_the_shipped_changes_have_loadable_contracts():
     """Every folder of ci/changes holds a change.patch and a contract that loads, with at least one rule."""
     folders = sorted(p.parent for p in CHANGES_DIR.glob("*/change.patch"))
     assert [f.name for f in folders] == ["batched-large-tile", "batched-tile-from-load", "block-size-override",
-                                        "marlin-ep-m-estimate"]  # fmt: skip
+                                        "marlin-ep-m-estimate", "triton-ep-m-estimate", "triton-ep-m-tile",
+                                        "triton-ep-m-tile-keep64"]  # fmt: skip
     loaded = {f.name: contracts.load_contract(f / "contract.py") for f in folders}
     assert all(c.rules for c in loaded.values())
     assert loaded["block-size-override"].settings["override-8"] == {"VLLM_MARLIN_MOE_BLOCK_SIZE_M": "8"}
     assert not any(contracts.may_change(loaded["block-size-override"], p) for p in contracts.PATHS)
+    of_m, of_seen = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128}, {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64}
+    assert loaded["triton-ep-m-estimate"].triton_config(config_of_m=of_m, config_of_estimate=of_seen) == of_seen
+    assert loaded["triton-ep-m-tile"].triton_config(config_of_m=of_m, config_of_estimate=of_seen) == {
+        "BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 128}  # fmt: skip
+    triton = "vllm.model_executor.layers.fused_moe.fused_moe"
+    assert {c.entry_module for n, c in loaded.items() if n.startswith("triton")} == {triton}
+    assert {c.entry_module for n, c in loaded.items() if not n.startswith("triton")} == {contracts.ENTRY_MODULE}
+    assert loaded["triton-ep-m-tile"].to_json()["entry_module"] == triton
+
+
+@pytest.mark.parametrize("entry", ["os.path", "vllm.", "vllm.a-b", 3, "vllm..x"])
+def test_an_entry_module_must_name_a_vllm_module(tmp_path, entry):
+    with pytest.raises(UsageError, match="ENTRY_MODULE must name a vLLM module"):
+        contracts.load_contract(_write(tmp_path, GOOD + f"ENTRY_MODULE = {entry!r}\n"))
+    good = contracts.load_contract(_write(tmp_path, GOOD + "ENTRY_MODULE = 'vllm.a.b'\n"))
+    assert good.entry_module == "vllm.a.b"
 
 
 def test_describe_names_every_path_and_rule_or_says_none(tmp_path):
@@ -116,7 +133,7 @@ def test_describe_names_every_path_and_rule_or_says_none(tmp_path):
                             "non-EP fused, EP fused, batched; settings default, on")  # fmt: skip
     rules = ["fused_block_size_m", "batched_block_size_m"]
     assert c.to_json() == {"name": "x", "path": str(tmp_path / "contract.py"), "sha256": c.sha256, "rules": rules,
-                           "describe": c.describe()}  # fmt: skip
+                           "describe": c.describe(), "entry_module": contracts.ENTRY_MODULE}  # fmt: skip
     bare = GOOD.replace("CHANGES_EP = True", "CHANGES_EP = False").split("def fused_block_size_m")[0]
     assert contracts.load_contract(_write(tmp_path, bare)).describe() == (
         "contract x (PR 1): rules none; may change nothing by default; settings default, on"

@@ -65,8 +65,8 @@ def test_no_package_imports_a_subjects_registration():
 
 def test_the_subjects_are_found_by_their_packages():
     on_disk = {p.parent.name for p in CI.glob(f"*/{subjects.SUBJECT_MODULE}.py")}
-    assert on_disk == {"kernel", "serving"}
-    assert {"kernel-bench", "tpot-bench"} <= set(subjects.kinds())
+    assert on_disk == {"kernel", "serving", "triton_moe"}
+    assert {"kernel-bench", "tpot-bench", "triton-moe-bench"} <= set(subjects.kinds())
 
 
 def test_a_fresh_process_finds_the_subjects_without_being_told():
@@ -75,7 +75,7 @@ def test_a_fresh_process_finds_the_subjects_without_being_told():
 
     code = "from ci.core import subjects; print(' '.join(subjects.kinds()))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=CI.parent)
-    assert done.stdout.split() == ["kernel-bench", "tpot-bench"]
+    assert done.stdout.split() == ["kernel-bench", "tpot-bench", "triton-moe-bench"]
 
 
 if __name__ == "__main__":

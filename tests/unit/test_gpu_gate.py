@@ -65,3 +65,20 @@ def test_the_baseline_side_is_the_candidate_only_for_the_baselines_own_change(tm
     assert gpu_gate.baseline_side("abc", tmp_path / "missing.json") == "base"
     path.write_text(json.dumps({"provenance": "junk"}))
     assert gpu_gate.baseline_side("abc", path) == "base"
+
+
+def test_a_change_of_another_subject_is_refused_before_any_stage(tmp_path, monkeypatch):
+    from ci.core.errors import UsageError
+    from ci.trees import variants
+
+    release = make_release(tmp_path / "r")
+    triton = release.root / (variants.ENTRY_MODULES[1].replace(".", "/") + ".py")
+    triton.write_text("K = 1\n")
+    patch = tmp_path / "triton.patch"
+    patch.write_text(diff(str(triton.relative_to(release.root)), "K = 1\n", "K = 2\n"))
+    trees = build.build_trees(build.BuildOptions(patch=patch, contract="none", out=tmp_path / "t"), release=release)
+    seen: list = []
+    monkeypatch.setattr(gpu_gate, "_run", _fake({}, seen))
+    with pytest.raises(UsageError, match="gpu_gate runs the Marlin subject; for a Triton fused-MoE change run"):
+        gpu_gate.run_gate(trees.manifest_path, tmp_path / "o", suite="quick", workers=1, baseline_dir=tmp_path)
+    assert seen == []

@@ -243,3 +243,10 @@ def test_extreme_timings_give_an_unbounded_ratio_not_a_crash():
     e = stats.unpaired_effect([1e-300] * 6, [1e300] * 6)
     assert e.ratio == math.inf and e.ci_high == math.inf
     assert stats.decide(e) is stats.Verdict.FAIL
+
+
+@pytest.mark.parametrize(("xs", "ok"), [([1.0, 2], True), ([], False), ((1.0,), False), ([True], False),
+                                        ([0.0], False), ([-1.0], False), ([math.inf], False), ([math.nan], False),
+                                        (["1"], False), ([1.0, None], False)])  # fmt: skip
+def test_positive_times(xs, ok):
+    assert stats.positive_times(xs) is ok

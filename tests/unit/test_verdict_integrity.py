@@ -590,6 +590,11 @@ def test_a_busy_gpu_has_its_own_exit_code_not_no_gpu(tmp_path, monkeypatch, caps
     monkeypatch.setattr(tpot, "load_trees", lambda manifest: None)
     assert run_main(tpot.main, ["--manifest", "m.json", "--out", str(tmp_path / "t")]) == ExitCode.GPU_BUSY
     assert "the GPU is busy: GPU 0 (NVIDIA H200)" in capsys.readouterr().err
+    from ci.triton_moe import bench as triton_bench
+
+    monkeypatch.setattr(triton_bench, "load_trees", lambda manifest: None)
+    assert run_main(triton_bench.main, ["--manifest", "m.json", "--out", str(tmp_path / "x")]) == ExitCode.GPU_BUSY
+    assert "the GPU is busy: GPU 0 (NVIDIA H200)" in capsys.readouterr().err
 
 
 def test_every_measuring_stage_takes_a_folder_and_replaces_only_its_own_file(tmp_path, capsys):

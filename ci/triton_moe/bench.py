@@ -1,0 +1,288 @@
+"""The Triton fused-MoE bench: one EP rank's ``fused_experts_impl``, base vs candidate, on one GPU.
+
+Each case (``ci.triton_moe.suites``) is timed as the Marlin bench times its cases, with its code: fresh
+CUDA-graph captures of 10 calls in a seeded order and at seeded addresses (``ci.kernel.bench.capture_plan``),
+rounds within each capture in alternating order (``ci.core.stats.interleaved_order``), one timer
+(``ci.kernel.graphs.replay_us``); the verdict's interval is over captures (``ci.core``). Before timing, the
+builds' outputs must agree (bit for bit without EP). The config each build launches with is recorded, and a
+**regret table** times a small sweep (``suites.sweep_configs``: the M and N tiles and the warps) beside the
+two chosen configs: how much slower each choice is than the best config found.
+
+Both builds run in one process: the candidate's ``fused_moe.py`` is loaded from its tree as a fresh module
+(``ci.trees.variants``) without registering its torch op again (the bench calls ``fused_experts_impl``
+itself, never ``torch.ops.vllm.fused_experts``).
+
+Usage: ``python -m ci.triton_moe.bench --manifest M --out DIR [--suite default] [--cases GLOB] [--aa]
+[--captures 30] [--repeats 90] [--sweep-repeats 5]``; writes ``DIR/triton-moe-results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ci.core import stats
+from ci.core.cli import run_main
+from ci.core.errors import UsageError, WrongResultsError
+from ci.core.results import BenchResults, CaseResult
+from ci.kernel.bench import capture_plan
+from ci.kernel.graphs import replay_us
+from ci.runner import gpu, outputs
+from ci.trees import provenance
+from ci.trees.manifest import load_trees
+from ci.triton_moe.spec import NON_EP
+from ci.triton_moe.suites import SUITES, TritonCase, config_label, suite_cases, sweep_configs
+
+KIND = "triton-moe-bench"
+ENTRY = "vllm.model_executor.layers.fused_moe.fused_moe"
+CALLS_PER_GRAPH = 10
+ROTATING_INPUTS = 4
+DEFAULT_CAPTURES, DEFAULT_REPEATS = 30, 90  # the Marlin bench's: 30 captures x 3 rounds a build
+MIN_CAPTURES = 6  # a 95% signed-rank interval over captures needs at least 6
+SWEEP_REPEATS = 5  # timed replays per config of the regret sweep (regret only, not gated)
+EP_EQUAL_BOUND = 1e-2  # rel L2 between the builds under EP (another tiling sums in another order)
+WEIGHT_SCALE = 0.02
+IDENTITY_KEYS = ("shape", "hidden", "intermediate", "global_experts", "local_experts", "topk", "ep", "tokens_per_rank",
+                 "rows", "global_num_experts_arg", "scheme")  # fmt: skip
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+@contextlib.contextmanager
+def op_registration_skipped():
+    """While the candidate's ``fused_moe.py`` is imported: its ``direct_register_custom_op`` calls do nothing
+    (the base's registration of ``vllm::fused_experts`` stays; a second one is an error in torch)."""
+    from vllm.utils import torch_utils
+
+    from ci.kernel.moe_case import swapped
+
+    with swapped(torch_utils, direct_register_custom_op=lambda *args, **kwargs: None):
+        yield
+
+
+def load_sides(trees, aa: bool = False) -> dict:
+    """``{"base": module, "candidate": module}``: the two builds' ``fused_moe`` modules (the base's twice: A/A)."""
+    from ci.trees.variants import check_base_importable, load_candidate, put_base_first
+
+    put_base_first(trees)
+    base = check_base_importable(trees, ENTRY)
+    candidate = base if aa else load_candidate(trees, ENTRY, during=op_registration_skipped())
+    return {"base": base, "candidate": candidate}
+
+
+def local_weights(case: TritonCase, seed: int = 7):
+    """Rank 0's experts: ``w1`` (E, 2I, H) and ``w2`` (E, H, I), bf16, random."""
+    import torch
+
+    s = case.shape
+    local = s.experts // case.ep
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    w1 = torch.randn(local, 2 * s.intermediate, s.hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+    w2 = torch.randn(local, s.hidden, s.intermediate, device="cuda", dtype=torch.bfloat16, generator=gen)
+    return w1.mul_(WEIGHT_SCALE), w2.mul_(WEIGHT_SCALE)
+
+
+class Runner:
+    """One case on the GPU: its routed rows (fresh per capture), calls, graphs and the config they get."""
+
+    def __init__(self, case: TritonCase, weights) -> None:
+        import torch
+
+        from ci.kernel import moe_case as mc
+
+        self.torch, self.mc, self.case = torch, mc, case
+        self.w1, self.w2 = weights
+        self.view = mc.rank_view(case.shape.experts, case.ep, 0)
+        self.inputs = self._route(0)
+
+    def _route(self, capture: int) -> list:
+        return [self.mc.route(self.case.rows, self.case.shape, self.torch.bfloat16,
+                              seed=100 + ROTATING_INPUTS * capture + i) for i in range(ROTATING_INPUTS)]  # fmt: skip
+
+    def start_capture(self, capture: int, pad_bytes: int):
+        pad = self.torch.empty(pad_bytes, dtype=self.torch.uint8, device="cuda")
+        self.inputs = self._route(capture)
+        return pad
+
+    def call(self, module, routing):
+        return module.fused_experts_impl(routing.hidden, self.w1, self.w2, routing.topk_weights, routing.topk_ids,
+                                         global_num_experts=self.case.global_num_experts,
+                                         expert_map=self.view.expert_map)  # fmt: skip
+
+    def chosen_config(self, module) -> dict:
+        """The config both GEMM launches of one call get (they must get the same one)."""
+        from ci.kernel.moe_case import swapped
+
+        seen, launch = [], module.dispatch_fused_moe_kernel
+
+        def recording(*args, **kwargs):
+            seen.append(dict(kwargs["config"] if "config" in kwargs else args[12]))
+            return launch(*args, **kwargs)
+
+        with swapped(module, dispatch_fused_moe_kernel=recording):
+            self.call(module, self.inputs[0])
+        if len(seen) != 2 or seen[0] != seen[1]:
+            raise WrongResultsError(f"{self.case.id}: the two GEMMs of one call got {seen}, not one config twice")
+        return seen[0]
+
+    def capture(self, module, config: dict | None = None):
+        """A CUDA graph of CALLS_PER_GRAPH calls; ``config``: forced on every call (the regret sweep)."""
+        from ci.kernel.moe_case import swapped
+
+        torch = self.torch
+        forced = swapped(module, try_get_optimal_moe_config=lambda *a, **k: dict(config)) if config else None
+        with forced or contextlib.nullcontext():
+            for r in self.inputs:  # outside the graph: Triton's JIT, the allocator
+                self.call(module, r)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for i in range(CALLS_PER_GRAPH):
+                    self.call(module, self.inputs[i % ROTATING_INPUTS])
+        graph.replay()
+        torch.cuda.synchronize()
+        return graph
+
+    def time_us(self, graph) -> float:
+        return replay_us(self.torch, graph) / CALLS_PER_GRAPH
+
+
+def check_outputs_agree(runner: Runner, sides: dict) -> dict:
+    torch, r = runner.torch, runner.inputs[0]
+    a, b = runner.call(sides["base"], r), runner.call(sides["candidate"], r)
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        raise WrongResultsError(f"{runner.case.id}: NaN/Inf in the output; refusing to time wrong results")
+    diff = float((a.double() - b.double()).norm() / a.double().norm().clamp_min(1e-30))
+    identical = bool(torch.equal(a, b))
+    if runner.case.global_num_experts == NON_EP and not identical:
+        raise WrongResultsError(f"{runner.case.id}: global_num_experts == -1 but candidate output != base output")
+    if diff > EP_EQUAL_BOUND:
+        raise WrongResultsError(f"{runner.case.id}: candidate differs from base (rel L2 {diff:.2e}); refusing to time")
+    return {"ok": True, "identical": identical, "rel_l2": diff}
+
+
+def run_case(runner: Runner, sides: dict, repeats: int, captures: int, sweep_repeats: int) -> CaseResult:
+    case = runner.case
+    correctness = check_outputs_agree(runner, sides)
+    configs = {name: runner.chosen_config(module) for name, module in sides.items()}
+    samples: dict[str, list[float]] = {"base": [], "candidate": []}
+    capture_of: dict[str, list[int]] = {"base": [], "candidate": []}
+    rounds = max(1, repeats // captures)
+    for b, (order, pad_bytes) in enumerate(capture_plan(case.id, captures)):
+        pad = runner.start_capture(b, pad_bytes)
+        graphs = {name: runner.capture(sides[name]) for name in order}
+        for name in stats.interleaved_order(rounds, order):
+            samples[name].append(runner.time_us(graphs[name]))
+            capture_of[name].append(b)
+        del graphs, pad
+    configs_us: dict[str, list[float]] = {}
+    if sweep_repeats > 0:
+        tried = {config_label(c): c for c in [*sweep_configs(), *configs.values()]}
+        for label, config in tried.items():
+            graph = runner.capture(sides["base"], config)
+            configs_us[label] = [runner.time_us(graph) for _ in range(sweep_repeats)]
+            del graph
+    s = case.shape
+    return CaseResult(
+        id=case.id,
+        unit="us/call",
+        samples=samples,
+        info={"shape": s.name, "hidden": s.hidden, "intermediate": s.intermediate, "global_experts": s.experts,
+              "local_experts": int(runner.view.local_ids.numel()), "topk": s.topk, "ep": case.ep,
+              "tokens_per_rank": case.tokens_per_rank, "rows": case.rows,
+              "global_num_experts_arg": case.global_num_experts, "scheme": case.scheme,
+              "config": configs, "config_label": {k: config_label(v) for k, v in configs.items()}},
+        extra={"captures": capture_of, "correctness": correctness, "configs_us": configs_us},
+    )  # fmt: skip
+
+
+def run_suite(trees, cases: list[TritonCase], suite: str, *, aa: bool = False, case_filter: str | None = None,
+              repeats: int = DEFAULT_REPEATS, captures: int = DEFAULT_CAPTURES, sweep_repeats: int = SWEEP_REPEATS,
+              log=_print) -> BenchResults:  # fmt: skip
+    import torch
+
+    sides = load_sides(trees, aa)
+    started, results, failed, weights, key = time.time(), [], {}, None, None
+    for i, case in enumerate(cases, 1):
+        if (case.shape_name, case.ep) != key:
+            weights, key = None, (case.shape_name, case.ep)
+            torch.cuda.empty_cache()
+            weights = local_weights(case)
+        try:
+            result = run_case(Runner(case, weights), sides, repeats, captures, sweep_repeats)
+        except WrongResultsError as exc:  # the other cases still run; the gate FAILs this one
+            failed[case.id] = str(exc)
+            log(f"triton bench [{i}/{len(cases)}] {case.id}: NOT TIMED: {exc}")
+            continue
+        results.append(result)
+        med = {k: stats.median(v) for k, v in result.samples.items()}
+        labels = result.info["config_label"]
+        log(
+            f"triton bench [{i}/{len(cases)}] {case.id}: base {med['base']:.1f} us, candidate "
+            f"{med['candidate']:.1f} us ({labels['base']} -> {labels['candidate']}), {time.time() - started:.0f} s"
+        )
+    return BenchResults(
+        kind=KIND,
+        suite=suite,
+        provenance=provenance.collect(trees, with_cuda=True),
+        settings={"repeats": repeats, "captures": captures, "rounds_per_capture": max(1, repeats // captures),
+                  "sweep_repeats": sweep_repeats, "calls_per_graph": CALLS_PER_GRAPH,
+                  "rotating_inputs": ROTATING_INPUTS, "timer": "CUDA events around a CUDA-graph replay",
+                  "wall_time_s": round(time.time() - started, 1), "aa": aa,
+                  "candidate": "base (A/A run)" if aa else "candidate tree", "expected_cases": [c.id for c in cases],
+                  "case_filter": case_filter, "failed_cases": failed, "identity_keys": list(IDENTITY_KEYS)},
+        cases=results,
+    )  # fmt: skip
+
+
+def check_plan(captures: int, repeats: int, sweep_repeats: int) -> None:
+    if captures < MIN_CAPTURES or repeats < captures:
+        raise UsageError(f"--captures {captures} --repeats {repeats}: a 95% interval over captures needs at least "
+                         f"{MIN_CAPTURES} captures, and each capture at least one round (defaults "
+                         f"{DEFAULT_CAPTURES} and {DEFAULT_REPEATS})")  # fmt: skip
+    if sweep_repeats < 0:
+        raise UsageError(f"--sweep-repeats {sweep_repeats}: 0 (no regret table) or more")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ci.triton_moe.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--manifest", type=Path, required=True, help="manifest.json of the trees (ci.trees.build)")
+    parser.add_argument(
+        "--out", type=Path, required=True, help=f"folder the stage writes {outputs.TRITON_RESULTS} into"
+    )
+    parser.add_argument("--suite", default="default", help=f"one of {sorted(SUITES)} (default %(default)s)")
+    parser.add_argument("--cases", help="only case ids matching this glob (or any of several, comma-separated)")
+    parser.add_argument("--aa", action="store_true", help="A/A run: time the base build against itself")
+    parser.add_argument("--captures", type=int, default=DEFAULT_CAPTURES, help="fresh captures per build (%(default)s)")
+    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="rounds per build (%(default)s)")
+    parser.add_argument("--sweep-repeats", type=int, default=SWEEP_REPEATS,
+                        help="timings per config of the regret sweep; 0: no sweep (%(default)s)")  # fmt: skip
+    parser.add_argument("--allow-busy", action="store_true", help="time even if another process uses the GPU")
+    args = parser.parse_args(argv)
+    check_plan(args.captures, args.repeats, args.sweep_repeats)
+    out = outputs.results_file(args.out, outputs.TRITON_RESULTS)
+    cases = suite_cases(args.suite, args.cases)
+    trees = load_trees(args.manifest)
+    gpu.require_idle_gpus(1, allow_busy=args.allow_busy)
+    results = run_suite(trees, cases, args.suite, aa=args.aa, case_filter=args.cases, repeats=args.repeats,
+                        captures=args.captures, sweep_repeats=args.sweep_repeats)  # fmt: skip
+    results.save(out)
+    print(f"triton bench: {len(results.cases)} cases written to {out}")
+    failed = results.settings["failed_cases"]
+    if failed:
+        raise WrongResultsError(
+            f"{len(failed)} case(s) not timed because the builds disagree or crashed: "
+            + "; ".join(failed.values())
+            + f" (results, with the other cases, in {out})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

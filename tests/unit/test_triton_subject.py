@@ -118,3 +118,41 @@ def test_the_bench_refuses_a_plan_without_an_interval():
     with pytest.raises(UsageError, match="--sweep-repeats -1"):
         bench.check_plan(6, 6, -1)
     bench.check_plan(6, 6, 0)
+
+
+def test_the_subjects_messages_and_columns_say_what_to_do():
+    """The exact words a user reads: the columns of both modes, the evidence problems, the refusals."""
+    assert triton_subject.columns("ab") == ("config (base -> candidate)", "regret vs best config timed")
+    assert triton_subject.columns("baseline") == ("config (baseline -> this run)", "regret vs best config timed")
+    (case, other, *_) = triton_results().cases
+    cells = triton_subject.annotate(case, None, None).cells
+    assert cells == {"config (base -> candidate)": "m64-n128-k64-w8-s3 -> m16-n64-k128-w4-s4",
+                     "regret vs best config timed": "best m32-n64-k64-w4-s3: base +12%, candidate +34%"}  # fmt: skip
+    assert set(triton_subject.annotate(case, other, "base").cells) == set(triton_subject.columns("baseline"))
+    labels = other.info.pop("config_label")  # none recorded: no label known
+    assert triton_subject.annotate(other, None, None).cells["config (base -> candidate)"] == "? -> ?"
+    other.info["config_label"] = str(labels)  # not a mapping
+    with pytest.raises(DataError, match=r"^case .*: extra.configs_us and info.config_label should be objects$"):
+        triton_subject.regret(other)
+    case.extra["correctness"] = {"ok": False}
+    assert triton_subject.case_problems(case) == ["the builds' outputs disagree (no detail)"]
+    del case.extra["correctness"]
+    assert triton_subject.case_problems(case) == [
+        "no correctness check recorded: the bench times a case only after both builds agree; re-run it"
+    ]
+    results = triton_results()
+    results.suite = "nightly"
+    with pytest.raises(DataError) as err:
+        triton_subject.expected_cases(results)
+    assert str(err.value) == ("suite 'nightly' is not one the Triton fused-MoE bench defines (default, quick): these "
+                              "results were not written by this gate's bench; re-run it")  # fmt: skip
+
+
+def test_a_runs_case_filter_is_its_own_not_the_files_word_for_completeness():
+    results = triton_results("default")
+    results.settings["case_filter"] = "qwen3*/ep8/*"
+    assert triton_subject.expected_cases(results) == [c.id for c in suites.suite_cases("default", "qwen3*/ep8/*")]
+    assert len(triton_subject.expected_cases(results)) == 4
+    results.settings["case_filter"] = "nothing/*"
+    with pytest.raises(DataError, match=r"^settings.case_filter: --cases 'nothing/\*' matches no case"):
+        triton_subject.expected_cases(results)

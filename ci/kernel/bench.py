@@ -288,8 +288,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run_suite(trees, cases, args.repeats, args.suite, aa=args.aa, case_filter=args.cases,
                         captures=args.captures, block_size_repeats=args.block_size_repeats,
                         inject=args.inject_slowdown)  # fmt: skip
+    return save_and_check(results, out, "bench")
+
+
+def save_and_check(results: BenchResults, out: Path, stage: str) -> int:
+    """Write a bench's results, then the error for the cases it could not time (the builds disagreed or
+    crashed; the others are in the file): what every bench stage ends with."""
     results.save(out)
-    print(f"bench: {len(results.cases)} cases written to {out}")
+    print(f"{stage}: {len(results.cases)} cases written to {out}")
     failed = results.settings["failed_cases"]
     if failed:
         raise WrongResultsError(

@@ -29,7 +29,7 @@ from ci.core import stats
 from ci.core.cli import run_main
 from ci.core.errors import UsageError, WrongResultsError
 from ci.core.results import BenchResults, CaseResult
-from ci.kernel.bench import capture_plan
+from ci.kernel.bench import capture_plan, save_and_check
 from ci.kernel.graphs import replay_us
 from ci.runner import gpu, outputs
 from ci.trees import provenance
@@ -272,16 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     gpu.require_idle_gpus(1, allow_busy=args.allow_busy)
     results = run_suite(trees, cases, args.suite, aa=args.aa, case_filter=args.cases, repeats=args.repeats,
                         captures=args.captures, sweep_repeats=args.sweep_repeats)  # fmt: skip
-    results.save(out)
-    print(f"triton bench: {len(results.cases)} cases written to {out}")
-    failed = results.settings["failed_cases"]
-    if failed:
-        raise WrongResultsError(
-            f"{len(failed)} case(s) not timed because the builds disagree or crashed: "
-            + "; ".join(failed.values())
-            + f" (results, with the other cases, in {out})"
-        )
-    return 0
+    return save_and_check(results, out, "triton bench")
 
 
 if __name__ == "__main__":

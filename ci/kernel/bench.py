@@ -102,6 +102,23 @@ def capture_plan(case_id: str, captures: int) -> list[tuple[tuple[str, str], int
     return plan
 
 
+def time_in_captures(runner, case_id: str, captures: int, rounds: int, capture) -> tuple[dict, dict]:
+    """The timing method of every bench: per capture of ``capture_plan``, fresh inputs behind a pad
+    (``runner.start_capture``), a fresh graph of each build (``capture(name)``) in the capture's order, then
+    ``rounds`` pairs of timings A B, B A, ... (sample i of each build is a pair). Returns the samples and the
+    capture of each sample, by build."""
+    samples: dict[str, list[float]] = {"base": [], "candidate": []}
+    capture_of: dict[str, list[int]] = {"base": [], "candidate": []}
+    for b, (order, pad_bytes) in enumerate(capture_plan(case_id, captures)):
+        pad = runner.start_capture(b, pad_bytes)
+        graphs = {name: capture(name) for name in order}
+        for name in stats.interleaved_order(rounds, order):
+            samples[name].append(runner.time_us(graphs[name]))
+            capture_of[name].append(b)
+        del graphs, pad
+    return samples, capture_of
+
+
 def run_case(runner: CaseRunner, variants, repeats: int, captures: int = DEFAULT_CAPTURES, *,
              block_size_repeats: int = BLOCK_SIZE_REPEATS, inject: float = 0.0,
              sleep: dict | None = None) -> CaseResult:  # fmt: skip
@@ -118,17 +135,10 @@ def run_case(runner: CaseRunner, variants, repeats: int, captures: int = DEFAULT
             raise UsageError("an injected slowdown is timed in an A/A run (--aa), with the GPU's sleep calibration")
         injected = calibrate_slowdown(runner, base.marlin_moe, inject, sleep)
         sleep_of["candidate"] = injected["sleep_cycles"]
-    samples: dict[str, list[float]] = {"base": [], "candidate": []}
-    capture_of: dict[str, list[int]] = {"base": [], "candidate": []}
-    rounds = max(1, repeats // captures)
-    for b, (order, pad_bytes) in enumerate(capture_plan(runner.case.id, captures)):
-        pad = runner.start_capture(b, pad_bytes)
-        # fresh captures, in this capture's order
-        graphs = {name: runner.capture(modules[name], sleep_cycles=sleep_of[name]) for name in order}
-        for name in stats.interleaved_order(rounds, order):  # A B, B A, ...: sample i of each build is a pair
-            samples[name].append(runner.time_us(graphs[name]))
-            capture_of[name].append(b)
-        del graphs, pad
+    samples, capture_of = time_in_captures(
+        runner, runner.case.id, captures, max(1, repeats // captures),
+        lambda name: runner.capture(modules[name], sleep_cycles=sleep_of[name]),
+    )  # fmt: skip
     per_bm: dict[str, list[float]] = {}
     if block_size_repeats > 0:
         bm_graphs = {bm: runner.capture(base.marlin_moe, forced_bm=bm) for bm in runnable_block_sizes(runner.case)}

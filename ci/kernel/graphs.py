@@ -72,26 +72,32 @@ class CaseRunner:
     def capture(self, module, forced_bm: int | None = None, sleep_cycles: int | None = None):
         """A CUDA graph of CALLS_PER_GRAPH calls of ``module``; ``sleep_cycles``: a GPU sleep of that many
         cycles appended inside the graph (an injected slowdown, ``--inject-slowdown``)."""
-        torch, mc = self.torch, self.mc
-        ctx = mc.forced_block_size(module, forced_bm) if forced_bm else contextlib.nullcontext()
+        ctx = self.mc.forced_block_size(module, forced_bm) if forced_bm else contextlib.nullcontext()
         with ctx:
-            for r in self.inputs:  # warm-up outside the graph (JIT, workspace allocation)
-                self.call(module, r)
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for i in range(CALLS_PER_GRAPH):
-                    self.call(module, self.inputs[i % ROTATING_INPUTS])
-                if sleep_cycles is not None:
-                    torch.cuda._sleep(sleep_cycles)
-        for _ in range(WARMUP_REPLAYS):
-            graph.replay()
-        torch.cuda.synchronize()
-        return graph
+            return graph_of_calls(self.torch, lambda r: self.call(module, r), self.inputs, sleep_cycles)
 
     def time_us(self, graph) -> float:
         """Microseconds per call: one replay of a graph of CALLS_PER_GRAPH calls."""
         return replay_us(self.torch, graph) / CALLS_PER_GRAPH
+
+
+def graph_of_calls(torch, call, inputs: list, sleep_cycles: int | None = None):
+    """A CUDA graph of CALLS_PER_GRAPH calls ``call(inputs[i % ROTATING_INPUTS])``, each input called once
+    before, outside the graph (JIT, workspace allocation), replayed WARMUP_REPLAYS times after; ``sleep_cycles``:
+    a GPU sleep of that many cycles appended inside the graph (an injected slowdown)."""
+    for r in inputs:
+        call(r)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(CALLS_PER_GRAPH):
+            call(inputs[i % ROTATING_INPUTS])
+        if sleep_cycles is not None:
+            torch.cuda._sleep(sleep_cycles)
+    for _ in range(WARMUP_REPLAYS):
+        graph.replay()
+    torch.cuda.synchronize()
+    return graph
 
 
 def sleep_cycles_for(fraction: float, base_us: float, overhead_us: float, cycles_per_us: float) -> int:

@@ -1,8 +1,8 @@
 """The Triton fused-MoE bench: one EP rank's ``fused_experts_impl``, base vs candidate, on one GPU.
 
 Each case (``ci.triton_moe.suites``) is timed as the Marlin bench times its cases, with its code: fresh
-CUDA-graph captures of 10 calls in a seeded order and at seeded addresses (``ci.kernel.bench.capture_plan``),
-rounds within each capture in alternating order (``ci.core.stats.interleaved_order``), one timer
+CUDA-graph captures of 10 calls (``ci.kernel.graphs.graph_of_calls``) in a seeded order and at seeded addresses,
+rounds within each capture in alternating order (``ci.kernel.bench.time_in_captures``), one timer
 (``ci.kernel.graphs.replay_us``); the verdict's interval is over captures (``ci.core``). Before timing, the
 builds' outputs must agree (bit for bit without EP). The config each build launches with is recorded, and a
 **regret table** times a small sweep (``suites.sweep_configs``: the M and N tiles and the warps) beside the
@@ -29,8 +29,8 @@ from ci.core import stats
 from ci.core.cli import run_main
 from ci.core.errors import UsageError, WrongResultsError
 from ci.core.results import BenchResults, CaseResult
-from ci.kernel.bench import capture_plan, save_and_check
-from ci.kernel.graphs import replay_us
+from ci.kernel.bench import save_and_check, time_in_captures
+from ci.kernel.graphs import CALLS_PER_GRAPH, ROTATING_INPUTS, graph_of_calls, replay_us
 from ci.runner import gpu, outputs
 from ci.trees import provenance
 from ci.trees.manifest import load_trees
@@ -39,8 +39,6 @@ from ci.triton_moe.suites import SUITES, TritonCase, config_label, suite_cases, 
 
 KIND = "triton-moe-bench"
 ENTRY = "vllm.model_executor.layers.fused_moe.fused_moe"
-CALLS_PER_GRAPH = 10
-ROTATING_INPUTS = 4
 DEFAULT_CAPTURES, DEFAULT_REPEATS = 30, 90  # the Marlin bench's: 30 captures x 3 rounds a build
 MIN_CAPTURES = 6  # a 95% signed-rank interval over captures needs at least 6
 SWEEP_REPEATS = 5  # timed replays per config of the regret sweep (regret only, not gated)
@@ -135,19 +133,9 @@ class Runner:
         """A CUDA graph of CALLS_PER_GRAPH calls; ``config``: forced on every call (the regret sweep)."""
         from ci.kernel.moe_case import swapped
 
-        torch = self.torch
         forced = swapped(module, try_get_optimal_moe_config=lambda *a, **k: dict(config)) if config else None
         with forced or contextlib.nullcontext():
-            for r in self.inputs:  # outside the graph: Triton's JIT, the allocator
-                self.call(module, r)
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for i in range(CALLS_PER_GRAPH):
-                    self.call(module, self.inputs[i % ROTATING_INPUTS])
-        graph.replay()
-        torch.cuda.synchronize()
-        return graph
+            return graph_of_calls(self.torch, lambda r: self.call(module, r), self.inputs)
 
     def time_us(self, graph) -> float:
         return replay_us(self.torch, graph) / CALLS_PER_GRAPH
@@ -171,16 +159,8 @@ def run_case(runner: Runner, sides: dict, repeats: int, captures: int, sweep_rep
     case = runner.case
     correctness = check_outputs_agree(runner, sides)
     configs = {name: runner.chosen_config(module) for name, module in sides.items()}
-    samples: dict[str, list[float]] = {"base": [], "candidate": []}
-    capture_of: dict[str, list[int]] = {"base": [], "candidate": []}
-    rounds = max(1, repeats // captures)
-    for b, (order, pad_bytes) in enumerate(capture_plan(case.id, captures)):
-        pad = runner.start_capture(b, pad_bytes)
-        graphs = {name: runner.capture(sides[name]) for name in order}
-        for name in stats.interleaved_order(rounds, order):
-            samples[name].append(runner.time_us(graphs[name]))
-            capture_of[name].append(b)
-        del graphs, pad
+    samples, capture_of = time_in_captures(runner, case.id, captures, max(1, repeats // captures),
+                                           lambda name: runner.capture(sides[name]))  # fmt: skip
     configs_us: dict[str, list[float]] = {}
     if sweep_repeats > 0:
         tried = {config_label(c): c for c in [*sweep_configs(), *configs.values()]}

@@ -1,4 +1,5 @@
-"""One line at the end of a run of the CPU tier: PASS, or which check failed, on which path, and what to do.
+"""One line at the end of a run of the CPU tier or the GPU suite: PASS, or which check failed, on which path, and
+what to do.
 
 A failing CPU tier prints one FAILED block per grid point; this line says what they mean for the change
 under test, so a contributor knows the next step without reading them.
@@ -64,19 +65,27 @@ def _path(nodeid: str, path: str) -> str:
     return "the non-EP fused path" if "-epnone-" in nodeid else "the EP fused path"
 
 
-def verdict_line(failed: list[str], passed: int, tier_ran: bool) -> str | None:
-    """The line for ``failed`` test ids (``passed`` passed): None when no test of the CPU tier ran."""
-    if not tier_ran:
+def tier_of(ran: list[str]) -> str | None:
+    """What ran of the change's checks: "CPU tier", "GPU suite", both, or None (only the gate's own tests)."""
+    paths = {found[1][1] == "GPU" for nodeid in ran if (found := _check_of(nodeid))}
+    names = [name for gpu, name in ((False, "CPU tier"), (True, "GPU suite")) if gpu in paths]
+    return " and ".join(names) or None
+
+
+def verdict_line(failed: list[str], passed: int, tier: str | None) -> str | None:
+    """The line for ``failed`` test ids (``passed`` passed) of a run of ``tier`` (``tier_of``): None when no
+    check of the change ran."""
+    if not tier:
         return None
     checks = [(nodeid, found) for nodeid in failed if (found := _check_of(nodeid))]
     own = [nodeid for nodeid in failed if not _check_of(nodeid)]
     if not failed:
-        return f"gate: CPU tier PASS ({passed} tests passed)"
+        return f"gate: {tier} PASS ({passed} tests passed)"
     if checks:
         nodeid, (_, (what, _, todo)) = checks[0]
         paths = sorted({_path(n, c[1]) for n, (_, c) in checks})
         more = f"; and {len(own)} other failure(s)" if own else ""
-        return (f"gate: CPU tier FAIL: {what}, on {' and '.join(paths)} ({len(checks)} failed test(s), first: "
+        return (f"gate: {tier} FAIL: {what}, on {' and '.join(paths)} ({len(checks)} failed test(s), first: "
                 f"{nodeid.rsplit('/', 1)[-1]}){more}. What to do: {todo}")  # fmt: skip
     return (f"gate: FAIL of the gate's own tests ({len(own)}, first: {own[0].rsplit('/', 1)[-1]}): a bug of the gate "
             "or of this environment, not a verdict on the change")  # fmt: skip
@@ -88,7 +97,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     failed = [r.nodeid for key in ("failed", "error") for r in stats.get(key, []) if hasattr(r, "nodeid")]
     passed = len(stats.get("passed", []))
     ran = [r.nodeid for key in ("passed", "failed", "error") for r in stats.get(key, []) if hasattr(r, "nodeid")]
-    line = verdict_line(failed, passed, tier_ran=any(_check_of(n) for n in ran))
+    line = verdict_line(failed, passed, tier_of(ran))
     if line:
         terminalreporter.write_sep("-", "verdict")
         terminalreporter.write_line(line, bold=True, red=bool(failed), green=not failed)

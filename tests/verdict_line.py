@@ -45,14 +45,19 @@ GPU_CHECK = ("the candidate's outputs fail a numerical check on the GPU", "GPU",
              "base and the float32 reference is wrong: revert it")  # fmt: skip
 
 
+# GPU-suite tests of what the gate assumes of the base build, not of the change
+GATE_ASSUMPTIONS = {"test_gpu_equivalence.py::test_dynamic_per_tensor_scales_under_ep_read_rows_never_written"}
+
+
 def _check_of(nodeid: str) -> tuple[str, tuple[str, str, str]] | None:
-    """The change's check a test is, or None: a test of the gate itself (unit tests, the mutant checks)."""
+    """The change's check a test is, or None: a test of the gate itself (unit tests, the mutant checks, what
+    the GPU suite assumes of the base build)."""
     path, _, rest = nodeid.partition("::")
     file = path.rsplit("/", 1)[-1]
     key = f"{file}::{rest.split('[', 1)[0]}"
     if key in CHECKS:
         return key, CHECKS[key]
-    return (key, GPU_CHECK) if file == GPU_SUITE else None
+    return (key, GPU_CHECK) if file == GPU_SUITE and key not in GATE_ASSUMPTIONS else None
 
 
 def _path(nodeid: str, path: str) -> str:

@@ -47,3 +47,5 @@ def test_the_line_names_the_tier_that_ran():
     assert tier_of([gpu, cpu]) == "CPU tier and GPU suite"
     assert tier_of(["tests/unit/test_stats.py::test_x"]) is None
     assert verdict_line([], 25, tier_of([gpu])) == "gate: GPU suite PASS (25 tests passed)"
+    probe = "tests/triton_moe/test_gpu_equivalence.py::test_dynamic_per_tensor_scales_under_ep_read_rows_never_written"
+    assert verdict_line([probe], 24, tier_of([gpu, probe])).startswith("gate: FAIL of the gate's own tests (1, first")

@@ -5,9 +5,9 @@ Installed into fake vLLM trees by the TPOT tests, twice: as ``vllm/entrypoints/c
 (``add_cli_args`` and ``main``, which ``ci/serving/bench_client.py`` imports). Behaviour is set by
 environment variables: STANDIN_MODE (ok | die | never-healthy | port-race-once: dies as torch.distributed
 does when another process took its port, once per STANDIN_PORT_RACE_FILE), STANDIN_TPOT (ms, the
-server's), STANDIN_TPOT_SEQUENCE (comma-separated: the server's first answers, a slow start),
-STANDIN_DELAY (s before healthy), STANDIN_HEALTHY_AFTER_FILE (not healthy before that file exists),
-STANDIN_BENCH (ok | fail). The bench asks the
+server's), STANDIN_TPOT_SEQUENCE (comma-separated: the server's first answers, a slow start; with
+STANDIN_TPOT_CYCLE=1 its answers for ever, in turn), STANDIN_DELAY (s before healthy),
+STANDIN_HEALTHY_AFTER_FILE (not healthy before that file exists), STANDIN_BENCH (ok | fail). The bench asks the
 server for its TPOT, so a result says which server it measured; like vLLM, a server started with
 ``--served-model-name`` lists it at ``/v1/models`` and refuses (404) requests for another model.
 `serve` also starts a child process, so the tests can check the whole group is stopped, and
@@ -62,6 +62,8 @@ def serve(argv):
                 self.send_response(200 if asked == served else 404)
                 self.end_headers()
                 now = sequence.pop(0) if sequence else tpot
+                if os.environ.get("STANDIN_TPOT_CYCLE") == "1":
+                    sequence.append(now)
                 self.wfile.write(now.encode())
                 decoded["sum"] += 100 * float(now) / 1000
                 decoded["count"] += 100

@@ -249,7 +249,8 @@ def test_each_launch_settles_until_every_server_is_stable(standin_trees, tmp_pat
 
 def test_settling_stops_at_the_cap_and_says_it_did_not_settle(standin_trees, tmp_path, monkeypatch):
     _tiny_profile(monkeypatch, launches=1, rounds=1, settle_max_s=6.0, settle_prompts=1)
-    monkeypatch.setenv("STANDIN_TPOT_SEQUENCE", ",".join(str(20 + i % 2 * 5) for i in range(400)))  # never stable
+    monkeypatch.setenv("STANDIN_TPOT_SEQUENCE", "20,25")  # never stable, however many runs fit in the cap
+    monkeypatch.setenv("STANDIN_TPOT_CYCLE", "1")
     results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", "concurrent", 30)
     (settle,) = results.cases[0].extra["timeline"]["launches"][0]["settle"]
     assert settle["settled"] is False and settle["runs"] >= 2

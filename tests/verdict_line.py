@@ -72,8 +72,9 @@ def _path(nodeid: str, path: str) -> str:
 
 def tier_of(ran: list[str]) -> str | None:
     """What ran of the change's checks: "CPU tier", "GPU suite", both, or None (only the gate's own tests)."""
-    paths = {found[1][1] == "GPU" for nodeid in ran if (found := _check_of(nodeid))}
-    names = [name for gpu, name in ((False, "CPU tier"), (True, "GPU suite")) if gpu in paths]
+    checks = [found for nodeid in ran if (found := _check_of(nodeid))]
+    on_gpu = {path == "GPU" for _, (_, path, _) in checks}
+    names = [name for gpu, name in ((False, "CPU tier"), (True, "GPU suite")) if gpu in on_gpu]
     return " and ".join(names) or None
 
 

@@ -407,6 +407,12 @@ def tpot_error_rates(session: nox.Session) -> None:
 
 
 @nox.session(python=False, default=False)
+def resample(session: nox.Session) -> None:
+    """Error rates of a design resampled from measured A/A runs (`-- --results A.json ... --captures 6,8,10`)."""
+    _stage(session, sys.executable, "-m", "ci.core.resample", *session.posargs)
+
+
+@nox.session(python=False, default=False)
 def clean(session: nox.Session) -> None:
     """What .gate holds (releases, trees, branch pairs, outputs) with sizes; `-- NAME...` or `-- --all` removes."""
     _stage(session, sys.executable, "-m", "ci.trees.clean", *session.posargs)

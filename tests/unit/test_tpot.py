@@ -489,14 +489,17 @@ def test_tpot_error_rates_size_the_sleep_from_the_pilot_and_judge_every_run(stan
     assert (slowed["run"], slowed["overall"], slowed["sleep_us"]) == ("inject-5pct-1", "FAIL", 10.417)
     assert slowed["median_ratio"] == pytest.approx(1.05, abs=1e-4) and payload["settings"]["moe_layers"] == 48
     assert payload["pooled"]["0.05"]["share"]["FAIL"] == 1.0 and payload["settings"]["pilot_base_tpot_ms"] == 10.0
-    assert "| +5.0% injected | 1 | 0.0% | 0.0% | 100.0% | FAIL in 100% |" in (out / "error-rates.md").read_text()
+    first = (out / "error-rates.md").read_text()
+    assert "| +5.0% injected | 1 | 0.0% | 0.0% | 100.0% | FAIL in 100% | 1.0500 |" in first
     assert (out / "inject-5pct-1" / "tpot-results.json").is_file()
     # another session adds to the table: numbered on, the earlier pilot sizes the sleep, both sessions' rows kept
     assert error_rates.main([*argv[:6], "--aa-runs", "0", "--inject", "0.05"]) == 0
     payload = json.loads((out / "error-rates.json").read_text())
     assert [r["run"] for r in payload["runs"]] == ["aa-1", "inject-5pct-1", "inject-5pct-2"]
     assert payload["runs"][2]["sleep_us"] == 10.417 and payload["pooled"]["0.05"]["runs"] == 2
-    assert payload["runs"][2]["session"]["run_id"] and "| inject-5pct-2 | 20" in (out / "error-rates.md").read_text()
+    text = (out / "error-rates.md").read_text()
+    assert payload["runs"][2]["session"]["run_id"] and "| inject-5pct-2 | 20" in text
+    assert "| 100.0% | FAIL in 100% | 1.0500 to 1.0500 |" in text and "| no FAIL and no INCONCLUSIVE | 1.0000 |" in text
     from ci.core.errors import UsageError
 
     with pytest.raises(UsageError, match=r"measured something else \(start: 'serial' there, 'parallel' now\)"):

@@ -192,6 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.trials < 100:
         raise UsageError(f"--trials {args.trials}: at least 100 resampled runs a cell (a share of fewer says little)")
     _check_out(args.out)
+    twice = sorted({str(p) for p in args.results if [q.resolve() for q in args.results].count(p.resolve()) > 1})
+    if twice:
+        raise UsageError(f"--results: {', '.join(twice)} given more than once; each run counts once")
     loaded, kinds, gpus = [], set(), set()
     for path in args.results:
         results = load_results(path)

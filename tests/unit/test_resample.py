@@ -151,6 +151,7 @@ def test_an_incomplete_run_is_incomplete_and_runs_of_different_gpus_do_not_mix(t
         (["--trials", "10"], "at least 100"),
         (["--rounds", "0"], "at least 1 sample"),
         (["--rounds", "3"], "has a capture with only 2 sample"),
+        (["--results", str(AA[1]), str(AA[1])], "given more than once"),
     ],
 )
 def test_bad_options_say_what_to_give(tmp_path, extra, message, capsys):

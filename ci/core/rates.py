@@ -28,6 +28,11 @@ def run_name(inject: float, index: int) -> str:
     return f"aa-{index}" if not inject else f"inject-{inject * 100:g}pct"
 
 
+def level_key(inject: float) -> str:
+    """A level's key in the tables: ``aa`` for no change, else the injected fraction (``0.035``)."""
+    return "aa" if not inject else f"{inject:g}"
+
+
 def summarize(name: str, inject: float, gate: GateReport, wall_time_s: float) -> dict:
     """One run's row: the verdicts of its cases, its largest A/A deviation, its interval widths."""
     counts = {v.value: sum(c.verdict == v for c in gate.cases) for v in stats.Verdict}
@@ -54,7 +59,7 @@ def pooled(rows: Sequence[dict]) -> dict[str, dict]:
     """Per level (``aa`` or the injected fraction): cases and the share of each verdict, over its runs."""
     levels: dict[str, dict] = {}
     for row in rows:
-        key = "aa" if not row["inject"] else f"{row['inject']:g}"
+        key = level_key(row["inject"])
         level = levels.setdefault(key, {"runs": 0, "cases": 0, "counts": dict.fromkeys(row["verdicts"], 0)})
         level["runs"] += 1
         level["cases"] += row["cases"]

@@ -26,6 +26,7 @@ import argparse
 import math
 import random
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -101,10 +102,6 @@ def resampled_shares(null: Sequence[float], true_ratio: float, captures: int, *,
     return {v: n / trials for v, n in counts.items()}
 
 
-def _level_key(level: float) -> str:
-    return "aa" if level == 0 else f"{level:g}"
-
-
 def _label(level: float) -> str:
     return "A/A (no change)" if level == 0 else f"+{level:.1%}"
 
@@ -131,7 +128,7 @@ def markdown(payload: dict) -> str:
                   "| captures a run | " + " | ".join(_label(f) for f in s["levels"]) + " |",
                   "|---:|" + "---|" * len(s["levels"])]  # fmt: skip
         for k, cells in case["shares"].items():
-            row = [" / ".join(rates.pct(cells[_level_key(f)][v]) for v in ("FAIL", "INCONCLUSIVE", "PASS"))
+            row = [" / ".join(rates.pct(cells[rates.level_key(f)][v]) for v in ("FAIL", "INCONCLUSIVE", "PASS"))
                    for f in s["levels"]]  # fmt: skip
             lines.append(f"| {k} | " + " | ".join(row) + " |")
         targets = [rates.TARGETS.get("aa" if f == 0 else f, "-") for f in s["levels"]]
@@ -192,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.trials < 100:
         raise UsageError(f"--trials {args.trials}: at least 100 resampled runs a cell (a share of fewer says little)")
     _check_out(args.out)
-    twice = sorted({str(p) for p in args.results if [q.resolve() for q in args.results].count(p.resolve()) > 1})
+    twice = sorted(str(p) for p, n in Counter(p.resolve() for p in args.results).items() if n > 1)
     if twice:
         raise UsageError(f"--results: {', '.join(twice)} given more than once; each run counts once")
     loaded, kinds, gpus = [], set(), set()
@@ -227,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cases": {},
     }
     for case_id, numbers in null.items():
-        shares = {str(k): {_level_key(f): resampled_shares(numbers, 1 + f, k, trials=args.trials,
+        shares = {str(k): {rates.level_key(f): resampled_shares(numbers, 1 + f, k, trials=args.trials,
                                                            seed=f"{args.seed}/{case_id}/{k}/{f}")
                            for f in args.levels} for k in args.captures}  # fmt: skip
         payload["cases"][case_id] = {"null": _spread(numbers), "log_ratios": numbers, "shares": shares}

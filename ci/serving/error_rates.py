@@ -61,8 +61,9 @@ def sleep_us_for(fraction: float, base_tpot_ms: float, layers: int) -> float:
 def measured(runs: Sequence[dict], key: str) -> str:
     """The ratios the runs of one level measured (lowest to highest): what a level asked for and what its sleep
     caused can differ (on the H200 about 0.3% of the step more, docs/tpot.md)."""
-    ratios = sorted(r["median_ratio"] for r in runs if r["median_ratio"] is not None
-                    and ("aa" if not r["inject"] else f"{r['inject']:g}") == key)  # fmt: skip
+    ratios = sorted(
+        r["median_ratio"] for r in runs if r["median_ratio"] is not None and rates.level_key(r["inject"]) == key
+    )
     if not ratios:
         return "-"
     return f"{ratios[0]:.4f}" if len(ratios) == 1 else f"{ratios[0]:.4f} to {ratios[-1]:.4f}"

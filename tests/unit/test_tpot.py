@@ -464,8 +464,9 @@ def test_only_the_candidate_server_of_an_aa_run_gets_the_sleep(standin_trees, tm
 
 
 def test_tpot_error_rates_size_the_sleep_from_the_pilot_and_judge_every_run(standin_trees, tmp_path, monkeypatch):
-    """The first A/A is the pilot: its base TPOT (10 ms) over 48 MoE layers sizes a +5% sleep at 10.417 us a call,
-    which the stand-in server adds to its TPOT as the real one would (48 calls a step): FAIL; the A/A: PASS."""
+    """The first A/A is the pilot: its base TPOT (10 ms) over 48 MoE layers sizes a +5% sleep, less the 1% of the
+    step given as the sleep's own overhead, at 8.333 us a call, which the stand-in server adds to its TPOT as the
+    real one would (48 calls a step, no overhead of its own): 1.04, FAIL; the A/A: PASS."""
     from ci.runner import gpu
     from ci.serving import error_rates
     from ci.trees import manifest
@@ -481,29 +482,38 @@ def test_tpot_error_rates_size_the_sleep_from_the_pilot_and_judge_every_run(stan
     )
     monkeypatch.setattr(manifest, "load_trees", lambda path: standin_trees)
     out = tmp_path / "rates"
-    argv = ["--manifest", "m.json", "--out", str(out), "--profile", "t", "--aa-runs", "1", "--inject", "0.05"]
+    argv = ["--manifest", "m.json", "--out", str(out), "--profile", "t", "--sleep-overhead", "0.01", "--aa-runs", "1",
+            "--inject", "0.05"]  # fmt: skip
+    from ci.core.errors import UsageError
+
+    for overhead in ("0.05", "-0.001"):  # refused before anything runs
+        with pytest.raises(UsageError, match=f"--sleep-overhead {float(overhead)}: a fraction of the step from 0"):
+            error_rates.main([*argv[:6], "--sleep-overhead", overhead, "--inject", "0.02,0.05"])
+    assert not out.exists()
     assert error_rates.main(argv) == 0
     payload = json.loads((out / "error-rates.json").read_text())
     aa, slowed = payload["runs"]
     assert (aa["run"], aa["overall"], aa["sleep_us"]) == ("aa-1", "PASS", 0.0)
-    assert (slowed["run"], slowed["overall"], slowed["sleep_us"]) == ("inject-5pct-1", "FAIL", 10.417)
-    assert slowed["median_ratio"] == pytest.approx(1.05, abs=1e-4) and payload["settings"]["moe_layers"] == 48
+    assert (slowed["run"], slowed["overall"], slowed["sleep_us"]) == ("inject-5pct-1", "FAIL", 8.333)
+    assert slowed["median_ratio"] == pytest.approx(1.04, abs=1e-4) and payload["settings"]["moe_layers"] == 48
     assert payload["pooled"]["0.05"]["share"]["FAIL"] == 1.0 and payload["settings"]["pilot_base_tpot_ms"] == 10.0
     first = (out / "error-rates.md").read_text()
-    assert "| +5.0% injected | 1 | 0.0% | 0.0% | 100.0% | FAIL in 100% | 1.0500 |" in first
+    assert "| +5.0% injected | 1 | 0.0% | 0.0% | 100.0% | FAIL in 100% | 1.0400 |" in first
+    assert "sized for its level minus 1.0% of the step" in first and payload["settings"]["sleep_overhead"] == 0.01
     assert (out / "inject-5pct-1" / "tpot-results.json").is_file()
     # another session adds to the table: numbered on, the earlier pilot sizes the sleep, both sessions' rows kept
-    assert error_rates.main([*argv[:6], "--aa-runs", "0", "--inject", "0.05"]) == 0
+    assert error_rates.main([*argv[:8], "--aa-runs", "0", "--inject", "0.05"]) == 0
     payload = json.loads((out / "error-rates.json").read_text())
     assert [r["run"] for r in payload["runs"]] == ["aa-1", "inject-5pct-1", "inject-5pct-2"]
-    assert payload["runs"][2]["sleep_us"] == 10.417 and payload["pooled"]["0.05"]["runs"] == 2
+    assert payload["runs"][2]["sleep_us"] == 8.333 and payload["pooled"]["0.05"]["runs"] == 2
     text = (out / "error-rates.md").read_text()
     assert payload["runs"][2]["session"]["run_id"] and "| inject-5pct-2 | 20" in text
-    assert "| 100.0% | FAIL in 100% | 1.0500 to 1.0500 |" in text and "| no FAIL and no INCONCLUSIVE | 1.0000 |" in text
-    from ci.core.errors import UsageError
+    assert "| 100.0% | FAIL in 100% | 1.0400 to 1.0400 |" in text and "| no FAIL and no INCONCLUSIVE | 1.0000 |" in text
 
     with pytest.raises(UsageError, match=r"measured something else \(start: 'serial' there, 'parallel' now\)"):
-        error_rates.main([*argv[:6], "--aa-runs", "0", "--start", "parallel"])
+        error_rates.main([*argv[:8], "--aa-runs", "0", "--start", "parallel"])
+    with pytest.raises(UsageError, match=r"measured something else \(sleep_overhead: 0.01 there, 0.0 now\)"):
+        error_rates.main([*argv[:6], "--aa-runs", "0"])
     with pytest.raises(UsageError, match=r"--aa-runs 0: .* has no pilot yet"):
         error_rates.main(["--manifest", "m.json", "--out", str(tmp_path / "new"), "--profile", "t", "--aa-runs", "0"])
 

@@ -67,8 +67,11 @@ def _case_set_problems(results: BenchResults, subject: subjects.Subject) -> list
     return problems
 
 
-def run_problems(results: BenchResults, *, sides: tuple[str, ...] = ("base", "candidate")) -> list[str]:
-    """What is missing from one run, judged on ``sides``."""
+def run_problems(results: BenchResults, *, sides: tuple[str, ...] = ("base", "candidate"),
+                 design_floors: bool = True) -> list[str]:  # fmt: skip
+    """What is missing from one run, judged on ``sides``. ``design_floors=False`` leaves out the subject's
+    floors of samples and captures (its suite's design today, e.g. a profile's launch pairs), keeping the
+    core's: for pooling finished runs of an earlier design (ci.core.resample), never for a verdict."""
     problems: list[str] = []
     subject = subjects.subject_of(results.kind)
     if not results.cases and not failed_cases(results):
@@ -82,11 +85,12 @@ def run_problems(results: BenchResults, *, sides: tuple[str, ...] = ("base", "ca
             + "): re-run it, or rebuild it from its folder only to look at it"
         )
     problems += _case_set_problems(results, subject)
+    floor, least_captures = MIN_SAMPLES, 1
     try:
-        floor = max(MIN_SAMPLES, subject.min_samples(results))
-        least_captures = subject.min_captures(results)
+        if design_floors:
+            floor, least_captures = max(MIN_SAMPLES, subject.min_samples(results)), subject.min_captures(results)
     except GateError:
-        floor, least_captures = MIN_SAMPLES, 1  # the suite is not one the subject defines: said above
+        pass  # the suite is not one the subject defines: said above
     for case in results.cases:
         for side in sides:
             n = len(case.samples.get(side, []))

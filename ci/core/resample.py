@@ -9,15 +9,17 @@ injected) gives one number per capture, the log ratio of the two builds' capture
 distribution; a resampled run draws N of them with replacement, adds log(1 + F) and is judged by the
 gate's own per-capture method (``stats.capture_effect``, ``stats.decide``). ``--rounds R`` builds each
 capture's medians from its first R samples of each build only, so a design with fewer rounds a capture
-is rated from the same measurements.
+is rated from the same measurements. A run must be complete for its suite as defined today, or, with
+``--earlier-designs``, finished (not stopped) under an earlier design of it (fewer captures or rounds), so
+the runs of a design that was replaced still count as measurements of the launch-to-launch error.
 
 It decides no verdict: it says which designs would meet the targets, beside the rates measured by the
 error-rate stages, and it is only as good as the runs it draws from (a bootstrap never draws outside the
 spread those runs showed, and a few runs can miss a rare large error).
 
 Usage: ``python -m ci.core.resample --results A.json [B.json ...] --out DIR [--captures 6,8,10,12]
-[--rounds R] [--levels 0,0.02,0.035,0.05] [--trials 20000] [--seed 0]``; writes ``DIR/resampled-rates.json``
-and ``DIR/resampled-rates.md`` (and replaces only those, when it wrote them).
+[--rounds R] [--levels 0,0.02,0.035,0.05] [--trials 20000] [--seed 0] [--earlier-designs]``; writes
+``DIR/resampled-rates.json`` and ``DIR/resampled-rates.md`` (and replaces only those, when it wrote them).
 """
 
 from __future__ import annotations
@@ -112,15 +114,28 @@ def _spread(xs: Sequence[float]) -> dict[str, float]:
     return {"n": len(xs), "mean": mean, "sd": sd, "min": min(xs), "max": max(xs)}
 
 
+def _run_row(path: Path, results) -> dict:
+    captures = {c.id: subjects.captures(c, SIDES[0]) for c in results.cases}
+    return {"file": str(path), "time": results.provenance.get("time"), "suite": results.suite, "captures": captures}
+
+
+def _captures(run: dict) -> str:
+    counts = sorted(set((run.get("captures") or {}).values()))
+    return "captures: " + (", ".join(map(str, counts)) or "-")
+
+
 def markdown(payload: dict) -> str:
     s = payload["settings"]
     rounds = "every round" if s["rounds"] is None else f"the first {s['rounds']} round(s) of each build"
-    runs = ", ".join(f"`{r['file']}`" for r in payload["runs"])
+    runs = ", ".join(f"`{r['file']}` ({_captures(r)})" for r in payload["runs"])
     lines = [f"### Error rates resampled from {len(payload['runs'])} measured A/A runs ({payload['gpu']})", "",
              f"Runs: {runs}; a capture's median from {rounds} in it. Each cell is FAIL / INCONCLUSIVE / PASS over "
              f"{s['trials']:,} resampled runs judged as the gate judges one (threshold {s['threshold']:.0%}, "
              f"{s['confidence']:.0%} interval over captures); it decides nothing and draws only from what "
              "these runs showed."]  # fmt: skip
+    if s.get("earlier_designs"):
+        lines += ["", "Pooled with `--earlier-designs`: finished runs of their suite's earlier designs count too, each "
+                  "capture one draw."]  # fmt: skip
     for case_id, case in payload["cases"].items():
         n = case["null"]
         lines += ["", f"**{case_id}**: {n['n']} measured captures, log ratio mean {n['mean']:+.3%}, SD {n['sd']:.3%}, "
@@ -183,6 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--levels", type=_levels, default=DEFAULT_LEVELS, help="true slowdowns, e.g. 0,0.02,0.05")
     parser.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="resampled runs a cell (%(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="of the resampling (%(default)s)")
+    parser.add_argument("--earlier-designs", action="store_true", help="also pool finished runs of an earlier "
+                        "design of their suite (fewer captures or rounds than it asks today); a stopped run is "
+                        "still refused")  # fmt: skip
     args = parser.parse_args(argv)
     if args.rounds is not None and args.rounds < 1:
         raise UsageError(f"--rounds {args.rounds}: at least 1 sample of each build a capture")
@@ -198,10 +216,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         wrong = not_an_aa_run(results)
         if wrong:
             raise UsageError(f"{path}: not a run to resample: {'; '.join(wrong)}. Give A/A runs without an injection")
-        missing = evidence.run_problems(results)
+        missing = evidence.run_problems(results, design_floors=not args.earlier_designs)
         if missing:
+            hint = "" if args.earlier_designs else " (a finished run of an earlier design: --earlier-designs)"
             raise IncompleteEvidenceError(f"{path}: the run is not complete: {'; '.join(missing)}. Resample complete "
-                                          "runs only")  # fmt: skip
+                                          f"runs only{hint}")  # fmt: skip
         loaded.append((path, results))
         kinds.add(results.kind)
         gpus.add(results.gpu_key())
@@ -214,12 +233,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             null.setdefault(case.id, []).extend(null_log_ratios(case, args.rounds))
     settings = {"captures": list(args.captures), "rounds": args.rounds, "levels": list(args.levels),
                 "trials": args.trials, "seed": args.seed, "threshold": stats.DEFAULT_THRESHOLD,
-                "confidence": stats.DEFAULT_CONFIDENCE, "results_kind": kinds.pop()}  # fmt: skip
+                "confidence": stats.DEFAULT_CONFIDENCE, "results_kind": kinds.pop(),
+                "earlier_designs": args.earlier_designs}  # fmt: skip
     payload = {
         "kind": KIND,
         "schema_version": VERSION,
         "gpu": "{} x{}".format(*gpus.pop()),
-        "runs": [{"file": str(p), "time": r.provenance.get("time"), "suite": r.suite} for p, r in loaded],
+        "runs": [_run_row(p, r) for p, r in loaded],
         "settings": settings,
         "cases": {},
     }

@@ -24,6 +24,7 @@ def _launch_lines(case) -> list[str]:
     rounds = case.extra.get("rounds") or []
     if not launches:
         return []
+    settling_off = ((case.info or {}).get("profile") or {}).get("settle_max_s") == 0  # the profile runs none
     lines = ["", f"Launch pairs of {case.id} (the interval is over these):", "",
              "| pair | started first | start-up s (base / candidate) | settling runs (s, settled) | "
              "base median TPOT | candidate median TPOT | candidate / base | server ITL ratio |",
@@ -41,6 +42,8 @@ def _launch_lines(case) -> list[str]:
         start = rec.get("startup_s") or {}
         settles = rec.get("settle") or []
         settle = ", ".join(f"{s['runs']} ({s['seconds']:.0f} s, {'yes' if s['settled'] else 'no'})" for s in settles)
+        if settling_off:
+            settle = "off"
 
         def ratio(d):
             return f"{d['candidate'] / d['base']:.4f}" if d["base"] and d["candidate"] else "-"

@@ -18,7 +18,8 @@ from ci.core.errors import DataError, ExitCode, UsageError
 from ci.core.results import CaseResult, load_results
 
 RUNS = Path(__file__).resolve().parents[2] / "reports" / "nvidia-h200-x1" / "tpot-pairs-at-once"
-AA = [RUNS / f"pr-{name}.json" for name in ("aa", "aa-2", "aa-3")]  # three A/A runs, two machines
+AA = [RUNS / f"pr-{name}.json" for name in ("aa", "aa-2", "aa-3")]  # three A/A runs, two machines, 6 pairs x 2 rounds
+AA9 = RUNS.parent / "tpot-9-pairs" / "pr-aa-1.json"  # an A/A of pr as it is now: 9 pairs x 1 round
 
 
 def _case(base, cand, base_ids, cand_ids=None) -> CaseResult:
@@ -27,12 +28,12 @@ def _case(base, cand, base_ids, cand_ids=None) -> CaseResult:
 
 
 def test_the_numbers_resampled_are_the_ones_the_gate_judges():
-    for path in AA:
+    for path, pairs in [(a, 6) for a in AA] + [(AA9, 9)]:
         results = load_results(path)
         drawn = resample.null_log_ratios(results.cases[0])
         judged = compare_ab(results, stats.DEFAULT_THRESHOLD, stats.DEFAULT_CONFIDENCE).cases[0].effect
         again = stats.capture_effect([1.0] * len(drawn), [math.exp(d) for d in drawn])
-        assert len(drawn) == 6 and again.ratio == pytest.approx(judged.ratio, rel=1e-12)
+        assert len(drawn) == pairs and again.ratio == pytest.approx(judged.ratio, rel=1e-12)
         assert (again.ci_low, again.ci_high) == pytest.approx((judged.ci_low, judged.ci_high), rel=1e-12)
 
 
@@ -81,15 +82,19 @@ def test_the_same_seed_gives_the_same_shares_and_bad_arguments_raise():
 
 def test_the_stage_writes_its_table_and_replaces_only_its_own(tmp_path, capsys):
     out = tmp_path / "rs"
-    argv = ["--results", *map(str, AA), "--out", str(out), "--captures", "6,12", "--trials", "200", "--rounds", "1"]
+    argv = ["--results", *map(str, AA), str(AA9), "--out", str(out), "--captures", "6,12", "--trials", "200",
+            "--rounds", "1", "--earlier-designs"]  # fmt: skip
     assert run_main(resample.main, argv) == 0
     payload = json.loads((out / resample.OUTPUT_JSON).read_text())
     assert payload["kind"] == resample.KIND and payload["gpu"] == "NVIDIA H200 x1"
+    assert payload["settings"]["earlier_designs"] is True
     case = payload["cases"]["qwen3-30b-a3b-like/dp1-ep1/pr"]
-    assert case["null"]["n"] == 18 and set(case["shares"]) == {"6", "12"}
+    assert case["null"]["n"] == 27 and set(case["shares"]) == {"6", "12"}
     assert set(case["shares"]["6"]) == {"aa", "0.02", "0.035", "0.05"}
     text = (out / resample.OUTPUT_MD).read_text()
-    assert "18 measured captures" in text and "| 12 | 0.0% / 0.0% / 100.0% |" in text
+    assert "pr-aa-3.json` (captures: 6)" in text and "pr-aa-1.json` (captures: 9)" in text
+    assert "Pooled with `--earlier-designs`" in text
+    assert "27 measured captures" in text and "| 12 | 0.0% / 0.0% / 100.0% |" in text
     assert "| target | no FAIL and no INCONCLUSIVE | never FAIL | FAIL in at least 90% | FAIL in 100% |" in text
     assert "the first 1 round(s)" in text and text in capsys.readouterr().out
     assert run_main(resample.main, argv) == 0  # its own files: replaced
@@ -109,7 +114,7 @@ def test_a_file_it_did_not_write_is_kept(tmp_path, mine, capsys):
     [("pr-ab.json", "not an A/A run"), ("pr-inject-2pct.json", r"slowed on purpose \(inject_sleep_us\)")],
 )
 def test_a_run_that_is_not_a_no_change_run_is_refused(tmp_path, name, message, capsys):
-    argv = ["--results", str(AA[0]), str(RUNS / name), "--out", str(tmp_path / "rs"), "--trials", "100"]
+    argv = ["--results", str(AA9), str(RUNS / name), "--out", str(tmp_path / "rs"), "--trials", "100"]
     assert run_main(resample.main, argv) == ExitCode.USAGE
     err = capsys.readouterr().err
     assert name in err and re.search(message, err)
@@ -131,12 +136,23 @@ def test_an_incomplete_run_is_incomplete_and_runs_of_different_gpus_do_not_mix(t
     argv = ["--results", str(_edited(tmp_path, stop)), "--out", str(tmp_path / "rs"), "--trials", "100"]
     assert run_main(resample.main, argv) == ExitCode.INCOMPLETE
     assert "did not finish" in capsys.readouterr().err
+    assert run_main(resample.main, [*argv, "--earlier-designs"]) == ExitCode.INCOMPLETE  # stopped: still refused
+    err = capsys.readouterr().err
+    assert "did not finish" in err and "at least 9" not in err and "(a finished run" not in err
+    # a finished run of pr's earlier design (6 pairs): incomplete for pr today, poolable when asked for
+    argv = ["--results", str(AA[1]), "--out", str(tmp_path / "rs"), "--trials", "100"]
+    assert run_main(resample.main, argv) == ExitCode.INCOMPLETE
+    err = capsys.readouterr().err
+    assert "6 capture(s) of 'base', at least 9 are needed" in err and "earlier design: --earlier-designs)" in err
+    assert not (tmp_path / "rs").exists()
+    assert run_main(resample.main, [*argv, "--earlier-designs"]) == 0
+    assert "6 measured captures" in capsys.readouterr().out
 
     def other_gpu(raw):
         raw["provenance"]["gpu"]["gpus"][0]["name"] = "NVIDIA H100"
 
     argv = ["--results", str(AA[0]), str(_edited(tmp_path, other_gpu)), "--out", str(tmp_path / "rs"),
-            "--trials", "100"]  # fmt: skip
+            "--trials", "100", "--earlier-designs"]  # fmt: skip
     assert run_main(resample.main, argv) == ExitCode.USAGE
     assert "measured different things" in capsys.readouterr().err
 
@@ -155,7 +171,7 @@ def test_an_incomplete_run_is_incomplete_and_runs_of_different_gpus_do_not_mix(t
     ],
 )
 def test_bad_options_say_what_to_give(tmp_path, extra, message, capsys):
-    argv = ["--results", str(AA[0]), "--out", str(tmp_path / "rs"), "--trials", "100", *extra]
+    argv = ["--results", str(AA[0]), "--out", str(tmp_path / "rs"), "--trials", "100", "--earlier-designs", *extra]
     assert run_main(resample.main, argv) == ExitCode.USAGE
     assert re.search(message, capsys.readouterr().err)
     assert not (tmp_path / "rs").exists()

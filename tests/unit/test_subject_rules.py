@@ -102,6 +102,15 @@ def test_the_tpot_launch_pairs_table_says_which_pairs_started_at_once():
     assert alone in serving_subject.details(results)
 
 
+def test_the_tpot_launch_pairs_table_says_when_the_profile_settles_not_at_all():
+    """The committed H200 A/B of pr as it is now (no settling): "off", not "0 runs, not settled"."""
+    results = load_results(ROOT / "reports" / "nvidia-h200-x1" / "tpot-9-pairs" / "pr-ab.json")
+    row = "| 0 | base (pairs 0, 1, 2 at once) | 67.1 / 67.1 | {} | 7.210 | 7.212 | 1.0003 | 1.0001 |"
+    assert row.format("off") in serving_subject.details(results)
+    results.cases[0].info["profile"]["settle_max_s"] = 120.0  # settling on, cut before its first run
+    assert row.format("0 (0 s, no)") in serving_subject.details(results)
+
+
 def test_the_tpot_rounds_table_matches_its_golden_file():
     """The rounds of the committed A/A run, one round without readings ("-"), a case without rounds first and
     a second case after it."""

@@ -135,34 +135,43 @@ def test_regret_uses_the_sweep():
 REPORTS = Path(__file__).resolve().parents[2] / "reports" / "nvidia-h200-x1"
 
 
-def test_h200_tpot_ab_of_six_launch_pairs_passes_with_its_interval_over_the_pairs(tmp_path):
-    """The committed H200 TPOT A/B of launch pairs (N = 1, so no EP: the patch changes nothing the server runs,
-    equal builds must PASS), its report's launch pairs and rounds, and the x1 baseline recorded from it."""
-    ab = REPORTS / "tpot-launch-pairs" / "pr-ab.json"
+def test_h200_tpot_ab_of_nine_launch_pairs_passes_with_its_interval_over_the_pairs(tmp_path):
+    """The committed H200 TPOT A/B of pr as it is now (9 launch pairs of one round, three pairs at once; N = 1,
+    so no EP: the patch changes nothing the server runs, equal builds must PASS), its report's launch pairs and
+    rounds; a run of the design before (6 pairs of 2 rounds) is INCOMPLETE for pr now, its rounds still shown."""
+    ab = REPORTS / "tpot-9-pairs" / "pr-ab.json"
     assert compare.main(["--results", str(ab), "--out", str(tmp_path / "ab")]) == ExitCode.OK
     verdict = json.loads((tmp_path / "ab" / "verdict.json").read_text())
     (case,) = verdict["cases"]
-    assert (round(case["effect"]["ci_low"], 3), round(case["effect"]["ratio"], 3)) == (0.997, 1.0)
-    assert case["effect"]["method"] == stats.METHOD_CAPTURES and case["effect"]["n_base"] == 12
+    effect = case["effect"]
+    assert (round(effect["ci_low"], 3), round(effect["ratio"], 3), round(effect["ci_high"], 3)) == (0.997, 1.001, 1.003)
+    assert effect["method"] == stats.METHOD_CAPTURES and effect["n_base"] == 9
     text = (tmp_path / "ab" / "report.md").read_text()
+    assert "| 0 | base (pairs 0, 1, 2 at once) | 67.1 / 67.1 | off | 7.210 | 7.212 | 1.0003 | 1.0001 |" in text
+    assert "| 18 | 8 | candidate | 7.210 | 7.230 |" in text and text.count("| candidate | 7.") == 9
+    before = REPORTS / "tpot-launch-pairs" / "pr-ab.json"
+    assert compare.main(["--results", str(before), "--out", str(tmp_path / "before")]) == ExitCode.INCOMPLETE
+    text = (tmp_path / "before" / "report.md").read_text()
+    assert "6 capture(s) of 'base', at least 9 are needed" in text
     assert "| 0 | base | 63.1 / 63.0 | 0 (0 s, no) | 7.186 | 7.195 | 1.0012 | 1.0027 |" in text
     assert "| 24 | 5 | candidate | 7.191 | 7.206 |" in text and text.count("| candidate | 7.") == 12
 
 
-def test_h200_tpot_runs_of_three_pairs_at_once_and_the_baseline_recorded_from_them(tmp_path):
-    """The committed H200 runs with three launch pairs started at once (pr's default): the A/B (DP = 1: PASS) is
-    the x1 baseline; an A/A's base and candidate pass against it and a candidate slowed by an injected +3.5%
-    fails, each with the two runs' launch pairs compared unpaired (independent launches, not matched by index)."""
-    runs = REPORTS / "tpot-pairs-at-once"
+def test_h200_tpot_runs_of_nine_pairs_and_the_baseline_recorded_from_them(tmp_path):
+    """The committed H200 runs of pr as it is now (three launch pairs started at once): the A/B (DP = 1: PASS) is
+    the x1 baseline; an A/A's base and candidate pass against it and a candidate slowed by an injected sleep
+    (+3.7% measured) fails, each with the two runs' launch pairs compared unpaired (independent launches)."""
+    runs = REPORTS / "tpot-9-pairs"
     ab = load_results(runs / "pr-ab.json")
     (case,) = compare.compare_ab(ab, 0.03, 0.95).cases
-    assert case.verdict == V.PASS and (round(case.effect.ci_low, 3), round(case.effect.ci_high, 3)) == (1.0, 1.006)
+    assert case.verdict == V.PASS and (round(case.effect.ci_low, 3), round(case.effect.ci_high, 3)) == (0.997, 1.003)
     assert ab.cases[0].info["profile"]["pairs_at_once"] == 3 and ab.cases[0].info["start"] == "parallel"
     stored = Path(__file__).parents[2] / "baselines" / "nvidia-h200-x1" / "tpot-qwen3-30b-a3b-like-dp1-pr.json"
     assert stored.read_bytes() == (runs / "pr-ab.json").read_bytes()
     baseline = load_results(stored)
-    expected = {("pr-aa", "base"): (V.PASS, 0.999, 1.006), ("pr-aa", "candidate"): (V.PASS, 0.995, 1.002),
-                ("pr-inject-3.5pct", "candidate"): (V.FAIL, 1.034, 1.044)}  # fmt: skip
+    expected = {("pr-aa-1", "base"): (V.PASS, 0.999, 1.006), ("pr-aa-1", "candidate"): (V.PASS, 1.0, 1.003),
+                ("pr-inject-3.5pct-1", "base"): (V.PASS, 0.997, 1.004),
+                ("pr-inject-3.5pct-1", "candidate"): (V.FAIL, 1.035, 1.039)}  # fmt: skip
     for (name, side), (verdict, low, high) in expected.items():
         (case,) = compare.compare_baseline(load_results(runs / f"{name}.json"), baseline, side, 0.03, 0.95, "B").cases
         assert case.effect.method == stats.METHOD_CAPTURES_UNPAIRED, (name, side)
@@ -176,7 +185,7 @@ def test_h200_tpot_runs_of_one_launch_pair_are_incomplete_and_still_reported(tmp
     assert compare.main(["--results", str(ab), "--out-dir", str(tmp_path / "ab")]) == ExitCode.INCOMPLETE
     text = (tmp_path / "ab" / "report.md").read_text()
     assert "| 1 | 0 | base | 7.595 |" in text and text.count("| candidate |") == 8
-    assert "8 sample(s) of 'base', at least 12 are needed" in text and "A/A run" not in text
+    assert "8 sample(s) of 'base', at least 9 are needed" in text and "A/A run" not in text
     aa = REPORTS / "tpot-pr-aa.json"
     assert compare.main(["--results", str(aa), "--out-dir", str(tmp_path / "aa")]) == ExitCode.INCOMPLETE
     text = (tmp_path / "aa" / "report.md").read_text()

@@ -662,18 +662,22 @@ def test_a_suite_or_profile_the_gate_does_not_define_is_incomplete(tmp_path):
         "suite 'mine' is not one the kernel bench defines (default, quick): "
         "these results were not written by this gate's bench; re-run it"
     )
-    tpot = load_results(X1 / "tpot-pr-aa.json")  # one launch pair of 8 rounds: the pr profile runs 6 pairs of 2
-    assert evidence.run_problems(tpot) == [f"case {tpot.cases[0].id}: 8 sample(s) of '{b}', at least 12 are needed"
+    tpot = load_results(X1 / "tpot-pr-aa.json")  # one launch pair of 8 rounds: the pr profile runs 9 pairs of 1
+    assert evidence.run_problems(tpot) == [f"case {tpot.cases[0].id}: 8 sample(s) of '{b}', at least 9 are needed"
                                            for b in ("base", "candidate")]  # fmt: skip
     for b in ("base", "candidate"):
         tpot.cases[0].samples[b] *= 2
     tpot.cases[0].extra["captures"] = {b: [i // 2 for i in range(16)] for b in ("base", "candidate")}
-    assert evidence.run_problems(tpot) == []  # 8 launch pairs of 2 rounds
-    tpot.cases[0].extra["captures"] = {b: [i // 4 for i in range(16)] for b in ("base", "candidate")}
-    assert evidence.run_problems(tpot) == [
-        f"case {tpot.cases[0].id}: 4 capture(s) of 'base', at least 6 are needed (the interval is over captures)",
-        f"case {tpot.cases[0].id}: 4 capture(s) of 'candidate', at least 6 are needed (the interval is over captures)",
+    assert evidence.run_problems(tpot) == [  # 8 launch pairs of 2 rounds: enough rounds, one pair too few
+        f"case {tpot.cases[0].id}: 8 capture(s) of '{b}', at least 9 are needed (the interval is over captures)"
+        for b in ("base", "candidate")
     ]
+    assert evidence.run_problems(tpot, design_floors=False) == []  # a finished run of an earlier design: poolable
+    tpot.cases[0].extra["captures"] = {b: [min(i, 8) for i in range(16)] for b in ("base", "candidate")}
+    assert evidence.run_problems(tpot) == []  # 9 launch pairs
+    tpot.settings["complete"] = False
+    assert evidence.run_problems(tpot, design_floors=False)[0].startswith("the run did not finish")
+    del tpot.settings["complete"]
     tpot.suite = "qwen3-30b-a3b-like-dp1-fast"
     del tpot.cases[0].extra["captures"]  # one capture: the floor of an undefined suite asks for no more
     (problem,) = evidence.run_problems(tpot)

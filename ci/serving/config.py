@@ -74,9 +74,12 @@ PROFILES = {
     # 64 decode tokens per rank; the padded M is 128, and with 128 experts, top-8 (qwen3-30b-a3b-like)
     # the old rule picks 32 and the new one 16 (the ``pr`` profile's 8 tokens per rank: both 8).
     # ``python -m ci.serving.tpot --block-sizes`` prints the table for any model, profile and DP size.
-    "pr-ep": Profile(input_len=256, output_len=128, concurrency=128, prompts=256, launches=6, rounds=2,
-                     warmup_prompts=128, max_model_len=1024, gpu_memory_fraction=0.4, settle_prompts=128,
-                     settle_max_s=120),
+    # pr's design (pairs at once, no settling) so that a run fits a device session at DP = 2, where one pair at
+    # a time with settling would take about 30 minutes (estimated); two rounds a build per pair, because there
+    # rounds of one server varied by 4-5% (docs/tpot.md). Not yet run so: 6 servers of 2 ranks, each rank about
+    # 10 GB of weights and an 8 GiB KV cache (an estimate, 120 GB of a GPU), is what a first x2 run has to show.
+    "pr-ep": Profile(input_len=256, output_len=128, concurrency=128, prompts=256, launches=9, rounds=2,
+                     warmup_prompts=128, max_model_len=1024, gpu_memory_fraction=0.4, pairs_at_once=3),
     "smoke": Profile(input_len=64, output_len=32, concurrency=4, prompts=8, launches=1, rounds=1, warmup_prompts=4,
                      max_model_len=512, gpu_memory_fraction=0.3),
 }  # fmt: skip

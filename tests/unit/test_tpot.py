@@ -595,7 +595,7 @@ def test_block_size_table_cli_needs_no_gpu_and_run_needs_its_files(capsys):
 def test_the_two_gpu_ab_of_one_launch_pair_is_no_complete_run_now():
     """The two-GPU A/B (DP = EP = 2, pr-ep, not an A/A, where the builds pick different block sizes) was
     recorded before launch pairs, and was the x2 baseline: 8 rounds of each build from one pair of launches,
-    which the evidence rules now refuse (the pr-ep profile runs 6 pairs of 2 rounds)."""
+    which the evidence rules now refuse (the pr-ep profile runs 9 pairs of 2 rounds)."""
     root = HERE.parent.parent
     path = root / "reports" / "nvidia-h200-x2" / "tpot-pr-ep-ab.json"
     results = load_results(path)
@@ -608,7 +608,7 @@ def test_the_two_gpu_ab_of_one_launch_pair_is_no_complete_run_now():
     assert {len(v) for v in case.samples.values()} == {8} and "captures" not in case.extra
     from ci.core import evidence
 
-    assert "case qwen3-30b-a3b-like/dp2-ep2/pr-ep: 8 sample(s) of 'base', at least 12 are needed" in (
+    assert "case qwen3-30b-a3b-like/dp2-ep2/pr-ep: 8 sample(s) of 'base', at least 18 are needed" in (
         evidence.run_problems(results)
     )
     (row,) = case.info["decode_block_size_m"]

@@ -41,9 +41,11 @@ def _launch_lines(case) -> list[str]:
         itl = {b: med([r.get("server_itl_ms") for r in mine if r["build"] == b]) for b in serving_config.BUILDS}
         start = rec.get("startup_s") or {}
         settles = rec.get("settle") or []
-        settle = ", ".join(f"{s['runs']} ({s['seconds']:.0f} s, {'yes' if s['settled'] else 'no'})" for s in settles)
-        if settling_off:
-            settle = "off"
+        settle = (
+            "off"
+            if settling_off
+            else ", ".join(f"{s['runs']} ({s['seconds']:.0f} s, {'yes' if s['settled'] else 'no'})" for s in settles)
+        )
 
         def ratio(d):
             return f"{d['candidate'] / d['base']:.4f}" if d["base"] and d["candidate"] else "-"

@@ -63,8 +63,8 @@ PROFILES = {
     # pr: 9 launch pairs of one round each, three pairs started at once (6 servers, 120 GB of an H200 with
     # their fixed 2 GiB KV caches), no settling. On one H200 (docs/tpot.md) a launch pair's log ratio varied
     # by 0.33-0.36% with one or two rounds a build (the launch's error dominates), so pairs, not rounds, buy
-    # resolution: resampled from 27 measured A/A pairs, 9 pairs FAIL a true +3.5% in 92.7% of runs (6 pairs:
-    # 78%); settling changed nothing measured. A #48144 A/B took 462 s (6 pairs x 2 rounds with settling: 465 s).
+    # resolution: resampled from 45 measured A/A pairs, 9 pairs FAIL a true +3.5% in 93.8% of runs (6 pairs:
+    # 82%); settling changed nothing measured. A #48144 A/B took 462 s (6 pairs x 2 rounds with settling: 465 s).
     "pr": Profile(input_len=256, output_len=128, concurrency=16, prompts=128, launches=9, rounds=1,
                   warmup_prompts=64, max_model_len=1024, gpu_memory_fraction=0.4, pairs_at_once=3),
     "nightly": Profile(input_len=1024, output_len=1024, concurrency=64, prompts=320, launches=6, rounds=1,

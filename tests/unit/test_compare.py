@@ -183,6 +183,20 @@ def test_h200_tpot_runs_of_nine_pairs_and_the_baseline_recorded_from_them(tmp_pa
         assert (case.verdict, round(case.effect.ci_low, 3), round(case.effect.ci_high, 3)) == (verdict, low, high)
 
 
+def test_h200_tpot_error_rate_table_is_the_committed_runs_judged_again():
+    """The committed TPOT error-rates table of pr as it is now says what its runs' committed results files say
+    when judged again: the same verdict and ratio for every run, and its A/A runs are the files resampled."""
+    runs = REPORTS / "tpot-9-pairs"
+    table = json.loads((runs / "error-rates" / "error-rates.json").read_text())
+    assert len(table["runs"]) >= 5 and table["settings"]["launches"] == 9 and table["settings"]["rounds"] == 1
+    for run in table["runs"]:
+        (case,) = compare.compare_ab(load_results(runs / f"pr-{run['run']}.json"), 0.03, 0.95).cases
+        assert (case.verdict.value, round(case.effect.ratio, 6)) == (run["overall"], round(run["median_ratio"], 6))
+    resampled = (runs / "resampled" / "resampled-rates.md").read_text()
+    for run in (r["run"] for r in table["runs"] if r["inject"] == 0):
+        assert f"tpot-9-pairs/pr-{run}.json` (captures: 9)" in resampled, run
+
+
 def test_h200_tpot_runs_of_one_launch_pair_are_incomplete_and_still_reported(tmp_path):
     """The H200 TPOT A/B and A/A recorded before launch pairs (8 rounds a build in one pair): INCOMPLETE now,
     with every round still in the report."""

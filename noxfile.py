@@ -6,8 +6,10 @@ interpreter's own packages are used (offline GPU hosts, with `--vllm installed`)
 from __future__ import annotations
 
 import contextlib
+import difflib
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -22,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from ci.core.errors import ExitCode  # noqa: E402
 from ci.runner import outputs  # noqa: E402  (stdlib-only modules)
 from ci.runner.gpu import NO_GPU_MESSAGE, query  # noqa: E402
-from ci.trees.sessionargs import SessionArgs, parse_session_args  # noqa: E402
+from ci.trees.sessionargs import SOURCE_OPTIONS, SessionArgs, parse_session_args  # noqa: E402
 
 nox.options.sessions = ["lint", "tests"]
 # nox probes for uv at each session and says so when it finds none; the sessions use pip: the line says nothing
@@ -143,6 +145,30 @@ def _install_torch(session: nox.Session, requirement: str) -> None:
     session.install(requirement, *(["--index-url", torch_index] if torch_index else []))
 
 
+OPTION = re.compile(r"(?<![\w-])--[A-Za-z0-9][\w-]*")
+
+
+def check_options(session: nox.Session, args: SessionArgs, *tool: str) -> None:
+    """Refuse, before anything is built, an option after ``--`` that neither the gate's source options nor the
+    session's tool (``tool --help``: pytest with the gate's plugins, or a stage's CLI) has: a typo (``--pach``)
+    or an abbreviation (``--contrac``) would otherwise build the default change and fail later, or be taken
+    for another option. Exit 2 with the closest names."""
+    given = [a.split("=", 1)[0] for a in args.rest if a.startswith("--") and a != "--"]
+    if not given:
+        return
+    helptext = session.run(*tool, "--help", silent=True, external=True) or ""
+    known = set(OPTION.findall(helptext)) | set(SOURCE_OPTIONS)
+    unknown = [a for a in given if a not in known]
+    if unknown:
+        hints = [f"{a} (did you mean {' or '.join(m)}?)" if (m := difflib.get_close_matches(a, known, 2, 0.6)) else a
+                 for a in unknown]  # fmt: skip
+        session.log(
+            f"unknown option {', '.join(hints)}: neither the gate's options nor {' '.join(tool[-2:])} take "
+            "it; nothing was built. Options are spelled out in full (no abbreviations): docs/sessions.md"
+        )
+        raise SystemExit(int(ExitCode.USAGE))
+
+
 def _pytest(session: nox.Session, manifest: Path, *args: str) -> None:
     """pytest on the trees of ``manifest``, as a stage: its exit codes become the gate's (9 passes through)."""
     _stage(session, _python(session), "-m", "pytest", "--gate-manifest", str(manifest), *args, codes=PYTEST_CODES)
@@ -238,16 +264,12 @@ def lint(session: nox.Session) -> None:
     session.run("check-jsonschema", "--builtin-schema", "vendor.github-actions", *actions)
 
 
-# the CPU tier of each subject, by the entry module the change is loaded through (ci.trees.variants)
-SUBJECT_TIERS = {"vllm.model_executor.layers.fused_moe.experts.marlin_moe": "tests/ep_marlin",
-                 "vllm.model_executor.layers.fused_moe.fused_moe": "tests/triton_moe"}  # fmt: skip
-
-
 def _subject_tier(manifest: Path) -> str:
-    """The tests of the change's subject: by the entry module the build chose for it."""
-    import json
+    """The tests of the change's subject: by the entry module the build chose for it (ci.trees.variants)."""
+    from ci.trees.manifest import load_trees
+    from ci.trees.variants import SUBJECT_TESTS, entry_module
 
-    return SUBJECT_TIERS[json.loads(manifest.read_text()).get("entry_module") or next(iter(SUBJECT_TIERS))]
+    return SUBJECT_TESTS[entry_module(load_trees(manifest))]
 
 
 def _cpu_tier(session: nox.Session, *paths: str, subject_tier: bool = False) -> None:
@@ -256,6 +278,7 @@ def _cpu_tier(session: nox.Session, *paths: str, subject_tier: bool = False) -> 
     args = parse_session_args(session.posargs)
     _install_vllm_deps(session, args, gpu=False)
     _requirements(session, "test")
+    check_options(session, args, _python(session), "-m", "pytest")
     manifest = _build(session, args)
     if subject_tier:
         paths = (_subject_tier(manifest), *paths)
@@ -303,7 +326,10 @@ def tests_release(session: nox.Session, release: str) -> None:
     session.log(f"vLLM {release}'s dependencies for the CPU tier, from its Requires-Dist: {deps}")
     _install_torch(session, next(line for line in deps.read_text().splitlines() if line.startswith("torch")))
     test_txt = REQUIREMENTS / "test.txt"  # only the runner: the rest of test.txt pins numpy, releases pin their own
-    session.install("-r", str(deps), _pin(test_txt, "pytest"), _pin(test_txt, "pytest-xdist"))
+    session.install(
+        "-r", str(deps), _pin(test_txt, "pytest"), _pin(test_txt, "pytest-xdist"), _pin(test_txt, "coverage")
+    )
+    check_options(session, args, _python(session), "-m", "pytest")
     manifest = _build(session, args, name=f"tests-vllm-{release}")
     workers = os.environ.get("GATE_TEST_WORKERS", "auto")
     _pytest(session, manifest, "tests/ep_marlin", "-n", workers, *args.rest)
@@ -318,18 +344,20 @@ def build(session: nox.Session) -> None:
     _build(session, args)
 
 
-def _gpu_session(session: nox.Session) -> tuple[int, SessionArgs, Path]:
-    """What every GPU session does first: stop without a GPU, install, build the trees (GPUs, args, manifest)."""
+def _gpu_session(session: nox.Session, *tool: str) -> tuple[int, SessionArgs, Path]:
+    """What every GPU session does first: stop without a GPU, install, check the options for ``tool`` (a module
+    run with ``python -m``, or pytest), build the trees (GPUs, args, manifest)."""
     n_gpus = _require_gpu(session)
     args = parse_session_args(session.posargs)
     locked = _install_vllm_deps(session, args, gpu=True)
+    check_options(session, args, _python(session), "-m", *(tool or ("pytest",)))
     return n_gpus, args, _build(session, args, locked=locked)
 
 
 @nox.session(default=False)
 def gpu_tests(session: nox.Session) -> None:
     """GPU equivalence suite of the change's subject, one pytest-xdist worker per GPU (stops without a GPU)."""
-    n_gpus, args, manifest = _gpu_session(session)
+    n_gpus, args, manifest = _gpu_session(session, "pytest")
     out = _out(session, args)
     _pytest(session, manifest, _subject_tier(manifest), "-m", "gpu", "--require-gpu", "-n", str(n_gpus),
             f"--junitxml={out / outputs.SUITE_JUNIT}", f"--gate-summary={out / outputs.SUITE_SUMMARY}",
@@ -342,7 +370,7 @@ BENCH_RESULTS = OUT / "bench" / outputs.KERNEL_RESULTS
 def _gpu_stage(session: nox.Session, module: str, folder: str = "") -> None:
     """The shape of the GPU stages: stop without a GPU, install, build trees, run ``module`` with the session's
     --out folder (or ``folder`` in it); the stage names its files there (ci/runner/outputs.py)."""
-    _, args, manifest = _gpu_session(session)
+    _, args, manifest = _gpu_session(session, module)
     out = _out(session, args) / folder
     _stage(session, _python(session), "-m", module, "--manifest", str(manifest), "--out", str(out), *args.rest)
 
@@ -356,7 +384,7 @@ def bench(session: nox.Session) -> None:
 @nox.session(default=False)
 def gpu_gate(session: nox.Session) -> None:
     """The whole GPU verdict: GPU suite, kernel A/B and the verdict against the stored baseline, one exit code."""
-    n_gpus, args, manifest = _gpu_session(session)
+    n_gpus, args, manifest = _gpu_session(session, "ci.runner.gpu_gate")
     workers = ["--workers", str(n_gpus)] if "--workers" not in args.rest else []
     _stage(session, _python(session), "-m", "ci.runner.gpu_gate", "--manifest", str(manifest), "--out",
            str(_out(session, args)), *workers, *args.rest)  # fmt: skip
@@ -414,7 +442,7 @@ def resample(session: nox.Session) -> None:
 
 @nox.session(python=False, default=False)
 def clean(session: nox.Session) -> None:
-    """What .gate holds (releases, trees, branch pairs, outputs) with sizes; `-- NAME...` or `-- --all` removes."""
+    """What .gate and .nox hold, with sizes; `-- NAME...`, `-- --all` (.gate) or `-- --nox` (.nox) removes."""
     _stage(session, sys.executable, "-m", "ci.trees.clean", *session.posargs)
 
 
@@ -423,8 +451,9 @@ SURVIVORS = ROOT / "tests" / "mutation-survivors.txt"
 
 @nox.session(default=False)
 def mutation(session: nox.Session) -> None:
-    """Mutation testing of the verdict logic (mutmut, [tool.mutmut] in pyproject.toml): fails on a
-    surviving mutant that tests/mutation-survivors.txt does not explain."""
+    """Mutation testing of the verdict logic (mutmut): fails on a survivor tests/mutation-survivors.txt lacks.
+
+    The modules mutated and the tests run are [tool.mutmut] in pyproject.toml."""
     _requirements(session, "test", "mutation")
     session.run("mutmut", "run", "--max-children", str(os.cpu_count() or 2))
     listing = session.run("mutmut", "results", "--all", "true", silent=True) or ""
@@ -446,8 +475,10 @@ def mutation(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def lock(session: nox.Session) -> None:
-    """Hash locks for the GPU workflows (uv pip compile): requirements/ci.lock, test.lock, mutation.lock and
-    gpu-vllm-<release>.lock (that vLLM, its dependencies and the test tools, CPython 3.12 on x86-64 Linux)."""
+    """Hash locks for the GPU workflows (uv pip compile): requirements/*.lock and gpu-vllm-<release>.lock.
+
+    ci.lock, test.lock, mutation.lock, and gpu-vllm-<release>.lock (that vLLM, its dependencies and the test
+    tools, CPython 3.12 on x86-64 Linux)."""
     args = parse_session_args(session.posargs)
     _install(session, "-r", "requirements/lock-tools.txt")
     uv = ["uv", "pip", "compile", "--generate-hashes", "--no-header", "--quiet"]
@@ -487,7 +518,9 @@ def act(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def act_gpu(session: nox.Session) -> None:
-    """The GPU workflows' trust paths with act, offline (tests/act_scenarios.py): a reviewed SHA runs, a
-    moved PR head stops before any of its code is checked out, a fork's caller runs the reusable workflow."""
+    """The GPU workflows' trust paths with act, offline (tests/act_scenarios.py); no GPU needed.
+
+    A reviewed SHA runs, a moved PR head stops before any of its code is checked out, a fork's caller runs the
+    reusable workflow."""
     _install(session, "-r", "requirements/ci.txt")
     session.run(_python(session), "tests/act_scenarios.py", *_act_command())

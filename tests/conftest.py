@@ -63,6 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if manifest:
         from ci.trees.manifest import load_trees
         from ci.trees.variants import put_base_first
+        from tests import line_coverage
 
         trees = load_trees(Path(manifest))
         put_base_first(trees)
@@ -78,6 +79,10 @@ def pytest_configure(config: pytest.Config) -> None:
                 stderr=subprocess.PIPE, text=True)  # fmt: skip
         else:
             _exit_unless_importable(trees)
+        # the change's lines, measured from here on: after the base's vLLM is imported (its import runs no
+        # candidate code, and runs several times slower under a tracer), before the candidate is loaded
+        if not config.pluginmanager.is_registered(line_coverage):
+            config.pluginmanager.register(line_coverage, "gate-line-coverage")
     if config.getoption("--require-gpu"):
         pin_xdist_worker()
 
@@ -232,14 +237,18 @@ _CASE_COUNTS: dict[str, int] = {}
 _SUMMARY = SuiteSummary()
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The run's summary JSON, after the verdict line decided the exit status (tests/verdict_line.py)."""
     path = session.config.getoption("--gate-summary")
     if not path or hasattr(session.config, "workerinput"):  # the xdist controller writes it
         return
     from ci.trees import provenance
+    from tests.line_coverage import REPORT_KEY
 
     trees = session.config.stash.get(TREES_KEY, None)
-    _SUMMARY.write(Path(path), provenance.collect(trees), int(exitstatus))
+    _SUMMARY.changed_lines = session.config.stash.get(REPORT_KEY, None)
+    _SUMMARY.write(Path(path), provenance.collect(trees), int(session.exitstatus))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

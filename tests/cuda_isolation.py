@@ -119,6 +119,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
         marker = Path(os.environ[MARKERS_ENV]) / f"{worker}.broken"
         marker.write_text(_broken_by)
         time.sleep(1.0)  # let the previous test's completion reach the controller
+        from tests import line_coverage
+
+        line_coverage.flush()  # what this worker measured of the change's lines counts
         os._exit(EXIT_CODE)
     if item.get_closest_marker("gpu") is not None:
         item.add_marker(pytest.mark.skip(reason=f"the CUDA context was broken by {_broken_by}; run under xdist "

@@ -7,7 +7,12 @@ other is refused), never overwritten without ``--force``, schema-checked on ever
 matches the GPU model and count of the run, and the suite; a missing file is
 NO_BASELINE with the command that records one, a corrupt one an error.
 
-CLI: ``python -m ci.core.baselines record RESULTS|--results RESULTS [--dir baselines] [--force]``
+Only a run whose own A/B verdict is PASS is recorded, unless ``--reason`` says why another should be (the
+reason is stored in the baseline). Baseline mode compares like with like (:func:`check_comparable`): the
+same unit and the same build (its subject's identity: the release under test and, for the candidate side, the
+change); else an error naming both.
+
+CLI: ``python -m ci.core.baselines record RESULTS|--results RESULTS [--dir baselines] [--force] [--reason WHY]``
 """
 
 from __future__ import annotations
@@ -71,8 +76,42 @@ def load_baseline(results: BenchResults, root: Path = DEFAULT_DIR, *, results_pa
     return baseline
 
 
-def record(results_path: Path, root: Path = DEFAULT_DIR, *, force: bool = False) -> Path:
-    """Store ``results_path`` as the baseline of its GPU and suite."""
+def comparable_problems(results: BenchResults, stored: BenchResults, side: str) -> list[str]:
+    """Why ``side`` of this run and of the stored baseline are not like with like: a case in another unit (a
+    unit names its metric too), or another identity of the build (its subject's ``identity``: the release under
+    test and, for a candidate, the change)."""
+    problems = []
+    stored_cases = stored.by_id()
+    for case in results.cases:
+        other = stored_cases.get(case.id)
+        if other is not None and other.unit != case.unit:
+            problems.append(f"case {case.id} is in {case.unit!r} in this run and in {other.unit!r} in the baseline")
+            break
+    identity = subjects.subject_of(results.kind).identity
+    mine, theirs = identity(results, side), identity(stored, side)
+    for key in sorted(mine.keys() | theirs.keys()):
+        if mine.get(key) != theirs.get(key):
+            problems.append(f"the {side} side's {key} is {mine.get(key, 'not recorded')!r} in this run and "
+                            f"{theirs.get(key, 'not recorded')!r} in the baseline")  # fmt: skip
+    return problems
+
+
+def check_comparable(results: BenchResults, stored: BenchResults, side: str, path: Path | str,
+                     results_path: Path | str = "RESULTS") -> None:  # fmt: skip
+    """A :class:`DataError` (exit 7) naming both values when the baseline is not the same thing measured."""
+    problems = comparable_problems(results, stored, side)
+    if problems:
+        other = "base" if side == "candidate" else "candidate"
+        raise DataError(
+            f"{results_path} against {path}: not like with like: " + "; ".join(problems) + ". Compare a run of the "
+            f"same release and change (or the other side, --side {other}, where that one matches), or record a "
+            f"baseline of this one: {record_hint(results_path)}"
+        )
+
+
+def record(results_path: Path, root: Path = DEFAULT_DIR, *, force: bool = False, reason: str | None = None) -> Path:
+    """Store ``results_path`` as the baseline of its GPU and suite: only a run whose A/B verdict is PASS,
+    unless ``reason`` says why another is (stored in the baseline, ``settings.recorded_despite``)."""
     results = load_results(results_path)
     if results.gpu_key()[1] == 0:
         raise UsageError(f"{results_path} names no GPU in its provenance; only GPU runs can be baselines")
@@ -84,6 +123,15 @@ def record(results_path: Path, root: Path = DEFAULT_DIR, *, force: bool = False)
         raise IncompleteEvidenceError(
             f"{results_path} cannot be a baseline: " + "; ".join(problems) + ". Record a complete, clean A/B run"
         )
+    verdict = _ab_verdict(results)
+    if verdict != "PASS" and not (reason and reason.strip()):
+        raise UsageError(
+            f"{results_path}: its A/B verdict is {verdict}, not PASS: a baseline is what later runs must not be "
+            "slower than, and this candidate is no such build. Record a run that PASSes, or give the reason this "
+            "one should be the baseline anyway: --reason '...' (it is stored in the baseline)"
+        )
+    if verdict != "PASS":
+        results.settings["recorded_despite"] = {"verdict": verdict, "reason": reason.strip()}
     path = baseline_path(results, root)
     if path.exists() and not force:
         raise UsageError(f"{path} exists; pass --force to replace it (the old one is kept in git history)")
@@ -97,6 +145,13 @@ def record(results_path: Path, root: Path = DEFAULT_DIR, *, force: bool = False)
             )
     _write_exclusive(path, dumps(results.to_json()) + "\n", replace=force)
     return path
+
+
+def _ab_verdict(results: BenchResults) -> str:
+    """The run's own A/B verdict (candidate vs base), as ``nox -s gate`` gives it."""
+    from ci.core import compare, stats
+
+    return compare.compare_ab(results, stats.DEFAULT_THRESHOLD, stats.DEFAULT_CONFIDENCE).overall.value
 
 
 def _write_exclusive(path: Path, text: str, *, replace: bool) -> None:
@@ -121,19 +176,22 @@ def _write_exclusive(path: Path, text: str, *, replace: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.core.baselines", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m ci.core.baselines", description=__doc__.split("\n\n")[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    rec = sub.add_parser("record", help="store a results file as the baseline of its GPU and suite")
+    rec = sub.add_parser("record", allow_abbrev=False, help="store a results file as the baseline of its GPU and suite")
     rec.add_argument("results", type=Path, nargs="?", help="the results file (or --results FILE)")
     rec.add_argument(
         "--results", type=Path, dest="results_option", help="the results file, as ci.core.compare takes it"
     )
     rec.add_argument("--baseline-dir", "--dir", dest="dir", type=Path, default=DEFAULT_DIR, help="as ci.core.compare")
     rec.add_argument("--force", action="store_true", help="replace an existing baseline")
+    rec.add_argument("--reason", help="why a run whose A/B verdict is not PASS should be the baseline (stored in it)")
     args = parser.parse_args(argv)
     if (args.results is None) == (args.results_option is None):
         raise UsageError("record takes one results file: RESULTS or --results RESULTS")
-    path = record(args.results or args.results_option, args.dir, force=args.force)
+    path = record(args.results or args.results_option, args.dir, force=args.force, reason=args.reason)
     print(f"baselines: recorded {path}")
     return 0
 

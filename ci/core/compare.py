@@ -239,7 +239,9 @@ def fraction(text: str) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.core.compare", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m ci.core.compare", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--results", type=Path, required=True, help="a results file of a stage (--out of its session)")
     parser.add_argument("--mode", choices=("ab", "baseline"), default="ab")
     parser.add_argument("--baseline-dir", type=Path, default=baselines.DEFAULT_DIR)
@@ -261,6 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"({subjects.written_by(args.results.name)})"
         )
     results = load_results(args.results)
+    # judged and rendered in full (the files written too) before anything is printed: a file the subject cannot
+    # read is one error, never a verdict on stdout followed by a traceback
     if args.mode == "ab":
         gate = compare_ab(results, args.threshold, args.confidence)
     else:
@@ -271,11 +275,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             report.to_step_summary(f"### {report.title(results.provenance)}: NO_BASELINE\n\n{exc}\n")
             return int(ExitCode.NO_BASELINE)
         where = str(baselines.baseline_path(results, args.baseline_dir))
+        baselines.check_comparable(results, stored, args.side, where, args.results)
         gate = compare_baseline(results, stored, args.side, args.threshold, args.confidence, where)
     markdown = report.markdown(gate) + report.details_markdown(results)
+    plot = _write_outputs(out_dir, gate, results, markdown)
     print(markdown)
     report.to_step_summary(markdown)
-    plot = _write_outputs(out_dir, gate, results, markdown)
     print(f"gate: {gate.overall.value}; wrote {out_dir / 'verdict.json'}, report.md" + (", plot.png" if plot else ""))
     return int(EXIT_CODES[gate.overall])
 

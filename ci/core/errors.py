@@ -75,5 +75,11 @@ class WrongResultsError(GateError):
     exit_code = ExitCode.WRONG_RESULTS
 
 
+class UndeclaredChangeError(GateError):
+    """The candidate changes a path its contract does not declare (its numbers may be right): a FAIL."""
+
+    exit_code = ExitCode.FAILED
+
+
 class UntrustedError(GateError):
     exit_code = ExitCode.UNTRUSTED

@@ -56,16 +56,25 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
         raise
 
 
+def load_json(path: Path) -> Any:
+    """The JSON value in ``path``; a file that is not JSON, not UTF-8 or nested past what Python can read is
+    one :class:`DataError` naming it."""
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not valid JSON ({exc}); the file is corrupt: re-create it") from exc
+    except RecursionError:
+        raise DataError(f"{path}: JSON nested too deeply to read; no stage of this gate writes such a file: "
+                        "re-create it") from None  # fmt: skip
+
+
 def read_json(path: Path | str, *, kind: str | None, versions: tuple[int, ...]) -> dict[str, Any]:
     """Read a file written by :func:`write_json`, checking its ``kind`` (``None``: any, checked by
     the caller) and ``schema_version``."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file")
-    try:
-        payload = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: not valid JSON ({exc}); the file is corrupt: re-create it") from exc
+    payload = load_json(path)
     if not isinstance(payload, dict):
         raise DataError(f"{path}: expected a JSON object, found {type(payload).__name__}")
     found_kind = payload.get("kind")

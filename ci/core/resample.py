@@ -190,7 +190,9 @@ def _check_out(out: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.core.resample", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m ci.core.resample", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--results", type=Path, nargs="+", required=True, help="complete A/A results files")
     parser.add_argument("--out", type=Path, required=True, help=f"folder for {OUTPUT_JSON} and {OUTPUT_MD}")
     parser.add_argument("--captures", type=_ints, default=DEFAULT_CAPTURES, help="captures a run, e.g. 6,8,10")

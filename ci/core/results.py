@@ -118,6 +118,11 @@ def load_results(path: Path | str, *, kind: str | None = None) -> BenchResults:
                 extra=_object(raw, "extra", where, case_id),
             )
         )
+    from ci.core import schema, subjects
+
+    case_schema = subjects.subject_of(payload["kind"]).schema
+    for case in cases:
+        schema.check_case(where, case.id, {"info": case.info, "extra": case.extra}, case_schema)
     duplicates = sorted(i for i, n in Counter(c.id for c in cases).items() if n > 1)
     if duplicates:
         raise DataError(f"{where}: duplicate case ids {duplicates[:5]}")

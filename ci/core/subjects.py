@@ -6,7 +6,8 @@ its stage writes, says what a complete run of it is, from the gate's own definit
 what a results file claims (``expected_cases``: its suites and the run's case filter; ``min_samples``;
 ``min_captures``: how many fresh timing units, ``extra.captures``, each build needs), and adds what only it
 understands: extra report columns and verdict data per case (``annotate``), notes, Markdown under the
-table (``details``), a second plot panel (``panel``), and the file name of its baselines
+table (``details``), a second plot panel (``panel``), what build each side of a run is (``identity``: a
+baseline is compared with a run of the same build only), and the file name of its baselines
 (``baseline_prefix``). A results file of a kind no subject registered is refused (``ci.core.results``).
 
 A subject is a package ``ci/<name>/`` whose module ``subject`` calls :func:`register` when imported; the
@@ -61,6 +62,11 @@ class Subject:
     annotate: Callable[[Any, Any, str | None], Annotation] | None = None
     details: Callable[[Any], list[str]] = lambda results: []  # Markdown lines under the table
     panel: Callable[[Any], Callable[[Any], None] | None] = lambda results: None  # a drawer for a 2nd panel
+    # the types of the case fields its code reads ({"info": {...}, "extra": {...}}, ci.core.schema): checked when
+    # a results file is read, so a field of the wrong type is one error naming it, never a traceback
+    schema: dict = field(default_factory=dict)
+    # (results, side) -> what build that side is ({name: value}): baseline mode compares only like with like
+    identity: Callable[[Any, str], dict[str, str]] = lambda results, side: {}
 
 
 _REGISTRY: dict[str, Subject] = {}

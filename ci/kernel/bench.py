@@ -3,8 +3,11 @@
 Per case (model shape x EP size x tokens per rank, in one format of ``ci.kernel.formats``: GPTQ int4 unless the case
 id names another, e.g. ``nvfp4``): the rank holds ``E = G / ep`` experts and
 sees ``tokens_per_rank * ep`` DP-padded rows; ``ep = 1`` is the non-EP caller
-(``global_num_experts == -1``). Both builds are first checked to give the same output
-(bit-identical for ep = 1); a case whose outputs differ is an error, never a timing.
+(``global_num_experts == -1``, or ``== E`` with no expert map as vLLM's modular kernel calls it: the
+``ep1-g<E>`` cases). Both builds are first checked to give the same output (bit-identical for ep = 1); a case
+whose outputs differ is an error, never a timing: exit 12 for wrong numbers; on the non-EP path, outputs that
+differ because the candidate picks another tile are a non-EP change, a FAIL (exit 1) where the change's
+contract does not declare the path, and timed where it does.
 
 Timing: a CUDA graph of ``calls`` consecutive calls over rotating input sets (so the L2
 cache does not flatter), replayed and timed with CUDA events, after warm-up (the first
@@ -39,7 +42,7 @@ from pathlib import Path
 
 from ci.core import stats
 from ci.core.cli import run_main
-from ci.core.errors import UsageError, WrongResultsError
+from ci.core.errors import UndeclaredChangeError, UsageError, WrongResultsError
 from ci.core.results import BenchResults, CaseResult
 from ci.kernel.formats import FORMATS_BY_NAME
 from ci.kernel.graphs import (
@@ -50,7 +53,6 @@ from ci.kernel.graphs import (
     calibrate_slowdown,
     sleep_calibration,
 )
-from ci.kernel.spec import NON_EP
 from ci.kernel.suites import SUITES, BenchCase, runnable_block_sizes, suite_cases
 from ci.runner import gpu, outputs
 from ci.trees import provenance
@@ -68,8 +70,10 @@ def _print(line: str) -> None:
     print(line, flush=True)
 
 
-def check_outputs_agree(runner: CaseRunner, base, cand) -> dict:
-    """The correctness gate before timing: same numbers from both builds (bit-identical when ep = 1)."""
+def check_outputs_agree(runner: CaseRunner, base, cand, picks: dict | None = None, *,
+                        non_ep_declared: bool = False) -> dict:  # fmt: skip
+    """The correctness gate before timing: same numbers from both builds (bit-identical on the non-EP path,
+    unless the builds pick other tiles there and the change's contract declares the non-EP path)."""
     torch = runner.torch
     r = runner.inputs[0]
     a, b = runner.valid_output(runner.call(base, r), r), runner.valid_output(runner.call(cand, r), r)
@@ -77,10 +81,21 @@ def check_outputs_agree(runner: CaseRunner, base, cand) -> dict:
         raise WrongResultsError(f"{runner.case.id}: NaN/Inf in the output; refusing to time wrong results")
     diff = float((a.double() - b.double()).norm() / a.double().norm().clamp_min(1e-30))
     identical = bool(torch.equal(a, b))
-    if runner.case.global_num_experts == NON_EP and not identical:
-        raise WrongResultsError(f"{runner.case.id}: global_num_experts == -1 but candidate output != base output")
+    case = runner.case
+    if case.non_ep and not identical:
+        g = f"global_num_experts {case.global_num_experts}, no expert map"
+        if not picks or picks["base"] == picks["candidate"]:
+            raise WrongResultsError(f"{case.id}: a non-EP call ({g}): the candidate's output differs from the "
+                                    f"base's with the same tile (rel L2 {diff:.2e}): wrong numbers")  # fmt: skip
+        if not non_ep_declared:
+            raise UndeclaredChangeError(
+                f"{case.id}: a non-EP change: the candidate picks block_size_m {picks['candidate']} where the base "
+                f"picks {picks['base']} ({g}); its output differs by rel L2 {diff:.1e}, as another tile rounds "
+                "differently, not wrong numbers. The change's contract does not declare the non-EP path: revert "
+                "that part of the change, or declare it (CHANGES_NON_EP = True) and the case is timed"
+            )
     if diff > EP_EQUAL_BOUND:
-        raise WrongResultsError(f"{runner.case.id}: candidate differs from base (rel L2 {diff:.2e}); refusing to time")
+        raise WrongResultsError(f"{case.id}: candidate differs from base (rel L2 {diff:.2e}); refusing to time")
     return {"ok": True, "identical": identical, "rel_l2": diff}
 
 
@@ -121,13 +136,14 @@ def time_in_captures(runner, case_id: str, captures: int, rounds: int, capture) 
 
 def run_case(runner: CaseRunner, variants, repeats: int, captures: int = DEFAULT_CAPTURES, *,
              block_size_repeats: int = BLOCK_SIZE_REPEATS, inject: float = 0.0,
-             sleep: dict | None = None) -> CaseResult:  # fmt: skip
+             sleep: dict | None = None, non_ep_declared: bool = False) -> CaseResult:  # fmt: skip
     """Time one case in ``captures``; ``inject`` > 0 (an A/A run): the candidate's graphs carry a GPU sleep
     that makes them ``inject`` slower than the base (``calibrate_slowdown``)."""
     base, cand = variants
     modules = {v.name: v.marlin_moe for v in variants}
-    correctness = check_outputs_agree(runner, base.marlin_moe, cand.marlin_moe)
     picks = {v.name: picked_block_size(runner, v.marlin_moe) for v in variants}
+    correctness = check_outputs_agree(runner, base.marlin_moe, cand.marlin_moe, picks,
+                                      non_ep_declared=non_ep_declared)  # fmt: skip
     sleep_of: dict[str, int | None] = {"base": None, "candidate": None}
     injected = None
     if inject:
@@ -191,14 +207,16 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
 
     from ci.kernel import moe_case as mc
     from ci.kernel import weights
+    from ci.trees import contracts
     from ci.trees.variants import Variant, load_variants, put_base_first
 
     put_base_first(trees)
     variants = load_variants(trees)
+    non_ep_declared = contracts.may_change(contracts.from_manifest(trees.manifest.contract), "non_ep")
     if aa:  # A/A: the base build against itself, to see the noise the gate must tolerate
         variants = (variants[0], Variant("candidate", variants[0].marlin_moe))
     sleep = sleep_calibration(torch) if inject else None
-    started, results, weights_key, experts, failed = time.time(), [], None, None, {}
+    started, results, weights_key, experts, failed, undeclared = time.time(), [], None, None, {}, []
     for i, case in enumerate(cases, 1):
         key = (case.shape_name, case.ep, case.quant)
         if key != weights_key:
@@ -209,9 +227,12 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
             experts = weights.random_packed_experts(shape, torch.bfloat16, local_experts=local, seed=7, fmt=case.format)
         try:
             result = run_case(CaseRunner(case, experts), variants, repeats, captures,
-                              block_size_repeats=block_size_repeats, inject=inject, sleep=sleep)  # fmt: skip
-        except WrongResultsError as exc:  # the other cases still run; the gate FAILs this one
+                              block_size_repeats=block_size_repeats, inject=inject, sleep=sleep,
+                              non_ep_declared=non_ep_declared)  # fmt: skip
+        except (WrongResultsError, UndeclaredChangeError) as exc:  # the other cases still run; the gate FAILs this one
             failed[case.id] = str(exc)
+            if isinstance(exc, UndeclaredChangeError):
+                undeclared.append(case.id)
             log(f"bench [{i}/{len(cases)}] {case.id}: NOT TIMED: {exc}")
             continue
         results.append(result)
@@ -243,6 +264,7 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
             "complete": True,
             "case_filter": case_filter,
             "failed_cases": failed,
+            "undeclared_cases": undeclared,  # of failed_cases: a path the contract does not declare, not wrong numbers
             "identity_keys": list(IDENTITY_KEYS),
         },
         cases=results,
@@ -273,7 +295,9 @@ def check_plan(captures: int, repeats: int, block_size_repeats: int = BLOCK_SIZE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.kernel.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m ci.kernel.bench", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--manifest", type=Path, required=True, help="manifest.json of the trees (ci.trees.build)")
     parser.add_argument("--suite", default="default", help=f"one of {sorted(SUITES)} (default %(default)s)")
     parser.add_argument("--cases", help="only case ids matching this glob (or any of several, comma-separated), "
@@ -307,6 +331,12 @@ def save_and_check(results: BenchResults, out: Path, stage: str) -> int:
     results.save(out)
     print(f"{stage}: {len(results.cases)} cases written to {out}")
     failed = results.settings["failed_cases"]
+    undeclared = set(results.settings.get("undeclared_cases") or ())
+    if failed and set(failed) <= undeclared:
+        raise UndeclaredChangeError(
+            f"{len(failed)} case(s) not timed because the candidate changes the non-EP path, which its contract "
+            "does not declare: " + "; ".join(failed.values()) + f" (results, with the other cases, in {out})"
+        )
     if failed:
         raise WrongResultsError(
             f"{len(failed)} case(s) not timed because the builds disagree or crashed: "

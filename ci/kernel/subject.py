@@ -14,9 +14,11 @@ import math
 from ci.core import stats
 from ci.core.errors import DataError, UsageError
 from ci.core.results import CaseResult
+from ci.core.schema import BOOLEAN, INTEGER, POSITIVE, ListOf, MapOf, Opt
 from ci.core.subjects import Annotation, Subject, register
 from ci.kernel.bench import MIN_CAPTURES
 from ci.runner import outputs
+from ci.trees.provenance import side_identity
 
 KIND = "kernel-bench"
 PICKS, REGRET = "block_size_m", "regret vs best block size"
@@ -145,7 +147,14 @@ def panel(results):
     # pragma: no mutate end
 
 
-SUBJECT = register(Subject(kind=KIND, expected_cases=expected_cases, min_captures=lambda results: MIN_CAPTURES,
+# the fields of a case this subject's code reads (ci.core.schema: checked when a results file is read)
+SCHEMA = {
+    "info": {"block_size_m": MapOf(Opt(INTEGER))},
+    "extra": {"block_sizes_us": MapOf(ListOf(POSITIVE), digits=True), "correctness": {"ok": BOOLEAN}},
+}
+
+SUBJECT = register(Subject(kind=KIND, identity=side_identity, schema=SCHEMA,
+                           expected_cases=expected_cases, min_captures=lambda results: MIN_CAPTURES,
                            case_problems=case_problems, columns=columns, annotate=annotate, panel=panel,
                            results_file=outputs.KERNEL_RESULTS,
                            writer=outputs.WRITERS[outputs.KERNEL_RESULTS]))  # fmt: skip

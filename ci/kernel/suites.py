@@ -29,11 +29,20 @@ class BenchCase:
     )
     path: str = "fused"  # "batched": DeepEP low latency, BatchedMarlinExperts.apply on rank 0
     per_dispatcher: int = BATCHED_MAX_TOKENS  # batched: rows each dispatcher may send an expert
+    # ep = 1 only: global_num_experts == E (no expert map), the non-EP call as vLLM's modular kernel makes it
+    # (it turns -1 into the local expert count: ci.kernel.callers), not the bare -1 of a direct caller
+    g_equals_e: bool = False
 
     @property
     def id(self) -> str:
         where = "" if self.path == "fused" else f"batched-cap{self.capacity}/"
-        return f"{self.shape_name}/ep{self.ep}/tpr{self.tokens_per_rank}/{where}{self.quant}/{self.dtype}"
+        ep = f"ep{self.ep}-g{self.experts}" if self.g_equals_e else f"ep{self.ep}"
+        return f"{self.shape_name}/{ep}/tpr{self.tokens_per_rank}/{where}{self.quant}/{self.dtype}"
+
+    @property
+    def non_ep(self) -> bool:
+        """A non-EP call of the fused path (global_num_experts -1, or E with no expert map)."""
+        return self.ep == 1 and self.path == "fused"
 
     @property
     def format(self) -> Format:
@@ -50,7 +59,7 @@ class BenchCase:
 
     @property
     def global_num_experts(self) -> int:
-        return NON_EP if self.ep == 1 and self.path == "fused" else self.experts
+        return NON_EP if self.non_ep and not self.g_equals_e else self.experts
 
 
 GPTQ_INT4 = FORMATS_BY_NAME["gptq-int4"]
@@ -61,6 +70,8 @@ MODEL_SHAPES = {name: (m.hidden, m.intermediate, m.experts, m.topk) for name, m 
 # "batched": the DeepEP low-latency path (decode: a few tokens per expert at a large capacity).
 # "formats" (ci.kernel.formats): the FP4 formats on the models that ship them (DeepSeek-V3 as NVFP4, gpt-oss as MXFP4
 # with its biases and clamped SwiGLU) and W4A8-int8 inputs, at the EP sizes and decode loads of the int4 cases.
+# "modular": the non-EP fused path called with global_num_experts == E and no expert map, as a server without EP
+# calls it (the modular kernel's -1 -> E), beside the ep1 cases' bare -1 (a direct caller's default).
 # "small_capacities": the batched path where a dispatcher may send an expert only a few rows, (ep, rows per
 # dispatcher): capacities 4 to 64, where vLLM 0.25.1 picks the tiles 8, 16, 32, 48 and 64 (at the
 # capacity-1024 cases every rule picks 64).
@@ -72,9 +83,11 @@ SUITES = {
                              "tokens": (1, 8, 64)},
                             {"shape": "qwen3-30b-a3b", "quant": "w4a8-int8", "ep": (1, 8), "tokens": (1, 8, 64)}),
                 "small_capacities": {"shapes": ("deepseek-v3",), "ep_rows": ((1, 4), (2, 4), (8, 2), (8, 4), (8, 8)),
-                                     "tokens": 1}},
+                                     "tokens": 1},
+                "modular": {"shapes": tuple(MODEL_SHAPES), "tokens": (1, 8, 64)}},
     "quick": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "ep": (1, 8), "tokens": (8, 64),
-              "batched": {"shapes": ("deepseek-v3",), "ep": (8,), "tokens": (8,)}},
+              "batched": {"shapes": ("deepseek-v3",), "ep": (8,), "tokens": (8,)},
+              "modular": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "tokens": (8, 64)}},
 }  # fmt: skip
 
 
@@ -108,6 +121,12 @@ def suite_cases(suite: str, pattern: str | None = None) -> list[BenchCase]:
         )
         for name in small.get("shapes", ())
         for ep, rows in small["ep_rows"]
+    ]
+    modular = spec.get("modular", {})
+    cases += [
+        BenchCase(name, *MODEL_SHAPES[name], ep=1, tokens_per_rank=t, g_equals_e=True)
+        for name in modular.get("shapes", ())
+        for t in modular["tokens"]
     ]
     if pattern:  # one glob, or several separated by commas (a case matching any of them)
         globs = [g for g in pattern.split(",") if g]

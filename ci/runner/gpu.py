@@ -165,7 +165,9 @@ def fingerprint() -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.runner.gpu", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m ci.runner.gpu", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("command", choices=("check", "fingerprint"))
     args = parser.parse_args(argv)
     if args.command == "check":

@@ -4,7 +4,9 @@ baseline, one summary table and one exit code (``nox -s gpu_gate``; the GPU work
 Stages, each a process of its own, in this order; a stage runs only if the ones before it passed:
 
 1. the GPU equivalence suite (pytest over ``tests/ep_marlin -m gpu``): the candidate computes the same
-   numbers; any failure ends the run with FAIL (1), nothing is timed;
+   numbers; any failure ends the run with FAIL (1), nothing is timed. It measures which of the change's lines
+   it ran (``ci.trees.changed_lines``): a changed line the GPU suite never ran makes the run INCOMPLETE (10)
+   whatever the timings say (they still run and are shown), and the table names the line;
 2. the kernel bench (``ci.kernel.bench``): base and candidate timed on this GPU;
 3. the A/B verdict (``ci.core.compare``): the verdict on the change;
 4. the same results against the stored baseline of this GPU (``ci.core.compare --mode baseline``): the
@@ -73,7 +75,7 @@ def baseline_side(manifest_patch_sha: str, baseline_path: Path) -> str:
     try:
         stored = json.loads(baseline_path.read_text())
         recorded = ((stored.get("provenance") or {}).get("vllm") or {}).get("patch_sha256")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return "base"
     return "candidate" if recorded == manifest_patch_sha else "base"
 
@@ -117,8 +119,14 @@ def run_gate(manifest: Path, out: Path, *, suite: str, workers: int, baseline_di
         ),
         (steps[2], [py, "-m", "ci.core.compare", "--results", str(results), "--out", str(out / "ab")], None),
     ]
+    caveat = 0
     for step, argv, codes in plan:
-        if _run(step, argv, codes).code != 0:
+        code = _run(step, argv, codes).code
+        if step is steps[0] and code == ExitCode.INCOMPLETE and lines_not_run(Path(steps[0].output)):
+            step.output += f" (changed lines never run: {', '.join(lines_not_run(Path(steps[0].output))[:4])})"
+            caveat = int(ExitCode.INCOMPLETE)  # the suite passed but did not run every changed line
+            continue
+        if code != 0:
             return steps, int(step.code)
     side = "base"
     with contextlib.suppress(GateError):  # a results file with no baseline path: the compare stage says why
@@ -128,7 +136,21 @@ def run_gate(manifest: Path, out: Path, *, suite: str, workers: int, baseline_di
     steps[3].name = f"kernel verdict (baseline, {side} side)"
     code = _run(steps[3], compare).code
     steps[3].counts = count_baseline and code != ExitCode.NO_BASELINE  # nothing stored yet: nothing to count
-    return steps, (code if steps[3].counts else 0)
+    return steps, (code if steps[3].counts and code else caveat)
+
+
+def lines_not_run(summary: Path) -> list[str]:
+    """The changed lines a GPU-suite run whose tests all passed left unexecuted (its summary JSON); [] when
+    it failed a test, ran every line, or wrote no summary."""
+    try:
+        payload = json.loads(summary.read_text())
+    except (OSError, ValueError, RecursionError):
+        return []
+    if not isinstance(payload, dict) or (payload.get("outcomes") or {}).get("failed") or payload.get("failures"):
+        return []
+    lines = payload.get("changed_lines") or {}
+    found = lines.get("unexecuted") if isinstance(lines, dict) else None
+    return [str(x) for x in found] if isinstance(found, list) else []
 
 
 def _results(path: Path):
@@ -138,7 +160,9 @@ def _results(path: Path):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.runner.gpu_gate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m ci.runner.gpu_gate", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--manifest", type=Path, required=True, help="manifest.json of the trees (ci.trees.build)")
     parser.add_argument("--out", type=Path, required=True, help="folder for every stage's output and summary.md")
     parser.add_argument("--suite", default="default", help="the kernel bench's suite (default %(default)s)")

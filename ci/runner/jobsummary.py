@@ -69,7 +69,9 @@ def job_status(code: int, strict: bool = False) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.runner.jobsummary", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m ci.runner.jobsummary", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--stage", required=True, help="what ran, e.g. 'kernel gate (A/B)'")
     parser.add_argument("--exit-code", type=exit_code, required=True, help="the stage's exit status, 0-255")
     parser.add_argument("--strict", action="store_true", help="NO_BASELINE fails the job too")

@@ -81,7 +81,9 @@ def kill_own_leftovers(tag: str) -> list[tuple[int, str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.runner.procs", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m ci.runner.procs", description=__doc__.split("\n\n")[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     left = sub.add_parser("leftovers", help="this run's processes still alive (by GATE_RUN_ID)")
     left.add_argument("--kill-own", action="store_true", help="SIGKILL them")

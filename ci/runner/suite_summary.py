@@ -26,6 +26,7 @@ class SuiteSummary:
     outcomes: dict[str, int] = field(default_factory=dict)
     checks: dict[str, CheckStats] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    changed_lines: object = None  # ci.trees.changed_lines.LineReport of the run (None: not measured)
 
     def add_outcome(self, nodeid: str, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
@@ -50,6 +51,7 @@ class SuiteSummary:
             "outcomes": self.outcomes,
             "failures": self.failures,
             "checks": {k: asdict(v) for k, v in sorted(self.checks.items())},
+            "changed_lines": None if self.changed_lines is None else self.changed_lines.to_json(),
             "provenance": provenance,
         }
 

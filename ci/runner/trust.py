@@ -112,7 +112,9 @@ def _output(**values: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.runner.trust", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m ci.runner.trust", description=__doc__.split("\n\n")[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     verify = sub.add_parser("verify-pr", help="the PR's head is still the reviewed SHA")
     verify.add_argument("--repository", required=True)

@@ -25,7 +25,7 @@ import traceback
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--log", required=True, help="where vLLM's output goes")
     args = parser.parse_args()
     reply = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)

@@ -174,6 +174,7 @@ def moe_backend_flag(tree: Path) -> list[str]:
 def server_env(tree: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # a server writes no bytecode into the tree it runs (ci.trees.treediff)
     env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # FlashInfer is optional; its sampler needs it
     env.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off (shared hosts)
     env.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: config and tokenizer ship in the repo

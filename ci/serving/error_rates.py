@@ -106,7 +106,9 @@ def markdown(payload: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.serving.error_rates", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m ci.serving.error_rates", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--manifest", type=Path, required=True, help="manifest.json of the trees (ci.trees.build)")
     parser.add_argument("--out", type=Path, required=True, help="folder for the runs and the table")
     parser.add_argument("--model", default="qwen3-30b-a3b-like", help=f"one of {serving_config.models()}")

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from ci.core import stats
 from ci.core.errors import DataError, UsageError
+from ci.core.schema import BOOLEAN, INTEGER, NUMBER, POSITIVE, STRING, ListOf, MapOf, OneOf, Opt
 from ci.core.subjects import Subject, register
 from ci.runner import outputs
 from ci.serving import config as serving_config
+from ci.trees.provenance import side_identity
 
 KIND = "tpot-bench"
 
@@ -134,7 +136,19 @@ def min_captures(results) -> int:
     return _profile(results).launches
 
 
-SUBJECT = register(Subject(kind=KIND, expected_cases=expected_cases, min_samples=min_samples, min_captures=min_captures,
+# the fields of a case this subject's code reads (ci.core.schema: checked when a results file is read)
+ROUND = {"build": STRING, "median_tpot_ms": POSITIVE, "failed": INTEGER, "completed": INTEGER, "launch": Opt(INTEGER),
+         "server_itl_ms": Opt(NUMBER), "mean_tpot_ms": NUMBER, "median_ttft_ms": NUMBER, "output_throughput": NUMBER,
+         "machine": Opt({"sm_clock_mhz": Opt(ListOf(Opt(NUMBER))), "power_draw_w": Opt(ListOf(Opt(NUMBER))),
+                         "load_1min": Opt(NUMBER)})}  # fmt: skip
+LAUNCH = {"launch": Opt(INTEGER), "startup_s": Opt(MapOf(Opt(OneOf((NUMBER, STRING))))),
+          "settle": Opt(ListOf({"runs": INTEGER, "seconds": NUMBER, "settled": BOOLEAN})),
+          "started_with": Opt(ListOf(INTEGER)), "order": Opt(ListOf(STRING))}  # fmt: skip
+SCHEMA = {"info": {"profile": {"settle_max_s": Opt(NUMBER)}},
+          "extra": {"rounds": ListOf(ROUND), "timeline": {"launches": Opt(ListOf(LAUNCH))}}}  # fmt: skip
+
+SUBJECT = register(Subject(kind=KIND, identity=side_identity, schema=SCHEMA,
+                           expected_cases=expected_cases, min_samples=min_samples, min_captures=min_captures,
                            case_problems=case_problems, baseline_prefix="tpot-", details=details,
                            captures_match_across_runs=False,  # launch pair b of two runs: independent launches
                            results_file=outputs.TPOT_RESULTS,

@@ -64,10 +64,32 @@ PROFILE_OVERRIDES = {"--launches": ("launches", int, 1), "--rounds-per-launch": 
                      "--settle-max-s": ("settle_max_s", float, 0.0)}  # fmt: skip
 
 
+def built_decode_picks(trees: Trees, model: str, profile: Profile, dp: int, aa: bool = False) -> list[dict]:
+    """The ``block_size_m`` each build's own ``fused_marlin_moe`` picks in a decode step of the profile (its
+    decode batch per rank), called as a server calls it: ``global_num_experts == E`` without EP (the modular
+    kernel's -1 -> E), G and an expert map with it (``ci.kernel.picks``: the build's code, on the CPU)."""
+    from ci.kernel.picks import picked_block_size
+    from ci.trees.variants import load_variants, put_base_first
+
+    put_base_first(trees)
+    base, cand = load_variants(trees)
+    modules = {"base": base.marlin_moe, "candidate": base.marlin_moe if aa else cand.marlin_moe}
+    rows = []
+    for row in decode_block_sizes(model_dir(model), profile, dp):
+        if not row["profile"]:
+            continue
+        call = dict(m=row["padded_m"], topk=row["topk"], local_experts=row["local_experts"],
+                    global_num_experts=row["global_experts"], with_expert_map=dp > 1)  # fmt: skip
+        picks = {build: picked_block_size(module, **call) for build, module in modules.items()}
+        rows.append({**row, **picks, "global_num_experts_arg": call["global_num_experts"],
+                     "picked_by": "each build's fused_marlin_moe (ci.kernel.picks)"})  # fmt: skip
+    return rows
+
+
 def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mode: str, rounds: list[RoundResult],
                         timeline: dict, client: str = "inprocess", aa: bool = False,
                         profile: Profile | None = None, start: str = "serial",
-                        inject_sleep_us: float = 0.0) -> BenchResults:  # fmt: skip
+                        inject_sleep_us: float = 0.0, picks: list[dict] | None = None) -> BenchResults:  # fmt: skip
     """The results file of a TPOT A/B: one case, the median TPOT of each round as its samples, and the
     launch pair of each sample as its capture (``extra.captures``): the core's interval is over the pairs."""
     profile = profile or PROFILES[profile_name]
@@ -90,7 +112,7 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
             if start == "parallel"
             else "from free memory",
             "gpu_memory_utilization": memory_fraction(profile, start == "parallel"),
-            "decode_block_size_m": [r for r in decode_block_sizes(model_dir(model), profile, dp) if r["profile"]],
+            "decode_block_size_m": picks if picks is not None else "not recorded",
         },
         extra={
             "captures": {b: [r.launch for r in rounds if r.build == b] for b in BUILDS},
@@ -135,10 +157,11 @@ def run_tpot(trees: Trees, model: str, profile_name: str, dp: int, out_dir: Path
         raise UsageError("--inject-sleep-us slows the candidate of an A/A run (the error rates): pass --aa too")
     runner = Runner(trees, model_dir(model), profile, dp, out_dir, timeout, client=bench_client, aa=aa, start=start,
                     inject_sleep_us=inject_sleep_us)  # fmt: skip
+    picks = built_decode_picks(trees, model, profile, dp, aa)
 
     def results(rounds, timeline):
         return results_from_rounds(trees, model, profile_name, dp, mode, rounds, timeline, client, aa, profile,
-                                   start, inject_sleep_us)  # fmt: skip
+                                   start, inject_sleep_us, picks)  # fmt: skip
 
     def save(rounds, timeline):
         if save_to is not None:
@@ -175,7 +198,9 @@ def serving_gpus(dp: int | None, allow_busy: bool) -> list:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.serving.tpot", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m ci.serving.tpot", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--manifest", type=Path, help="the trees' manifest.json (from ci.trees.build)")
     parser.add_argument("--model", default="qwen3-30b-a3b-like", help=f"one of {models()}")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="pr")
@@ -217,7 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                            args.server_mode)  # fmt: skip
     if args.block_sizes:
         dp = args.dp or 1
-        print(f"{args.model}, profile {args.profile}, DP = EP = {dp}: block_size_m per decode step (ci.kernel.spec)")
+        print(f"{args.model}, profile {args.profile}, DP = EP = {dp}: block_size_m per decode step as the spec says "
+              "(ci.kernel.spec; a run records what each build picked)")  # fmt: skip
         print(block_size_table(decode_block_sizes(model_dir(args.model), PROFILES[args.profile], dp)))
         return 0
     missing = [flag for flag, value in (("--manifest", args.manifest), ("--out", args.out)) if value is None]
@@ -228,8 +254,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.from_rounds:
         rounds = rounds_from_dir(args.from_rounds)
         profile = replace(PROFILES[args.profile], **overrides)
+        picks = built_decode_picks(trees, args.model, profile, args.dp_of_rounds, args.aa)
         results = results_from_rounds(trees, args.model, args.profile, args.dp_of_rounds, args.server_mode, rounds, {},
-                                      args.bench_client, args.aa, profile, args.start)  # fmt: skip
+                                      args.bench_client, args.aa, profile, args.start, picks=picks)  # fmt: skip
         results.save(out)
         print(f"tpot: {len(rounds)} rounds from {args.from_rounds} written to {out}")
         return 0

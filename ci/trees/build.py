@@ -291,7 +291,9 @@ def options_from(args: argparse.Namespace, **extra: object) -> BuildOptions:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.trees.build", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m ci.trees.build", description=__doc__.split("\n\n")[0]
+    )
     add_source_arguments(parser)
     parser.add_argument("--out", type=Path, help="where to put the trees (default .gate/trees/<slug>)")
     parser.add_argument("--cache", type=Path, default=GATE_DIR / "cache", help="wheel cache (default %(default)s)")

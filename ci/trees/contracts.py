@@ -40,7 +40,7 @@ from pathlib import Path
 
 from ci.core.errors import UsageError
 from ci.kernel import spec
-from ci.trees.variants import ENTRY_MODULE
+from ci.trees.variants import ENTRY_MODULE, ENTRY_MODULES
 
 CONTRACT_FILE = "contract.py"
 DEFAULT_SETTING = "default"
@@ -95,24 +95,40 @@ BUILTINS = ("abs", "all", "any", "bool", "dict", "divmod", "enumerate", "float",
 METHODS = frozenset({"get", "items", "keys", "values", "startswith", "endswith", "lower", "upper", "strip", "split",
                      "isdigit", "count", "index"})  # fmt: skip
 TOP_LEVEL = (ast.Assign, ast.AnnAssign, ast.FunctionDef, ast.Import, ast.ImportFrom)
-REFUSED = (ast.Global, ast.Nonlocal, ast.ClassDef, ast.AsyncFunctionDef, ast.While, ast.With, ast.AsyncWith,
-           ast.Await, ast.Yield, ast.YieldFrom, ast.Delete, ast.Try, ast.Starred)  # fmt: skip
+# Every kind of syntax a contract may hold (an allow-list: anything else, a ``match`` statement, a class, a
+# ``while``, ``try``, ``with``, ``global``, ``lambda`` defaults aside, is refused with its line)
+ALLOWED = (ast.Module, ast.Expr, ast.Constant, *TOP_LEVEL, ast.alias, ast.arguments, ast.arg, ast.keyword,
+           ast.Return, ast.If, ast.IfExp, ast.For, ast.comprehension, ast.ListComp, ast.SetComp, ast.DictComp,
+           ast.GeneratorExp, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Call, ast.Name, ast.Attribute,
+           ast.Subscript, ast.Slice, ast.Tuple, ast.List, ast.Dict, ast.Set, ast.Load, ast.Store, ast.operator,
+           ast.unaryop, ast.boolop, ast.cmpop, ast.Lambda, ast.Raise, ast.Assert, ast.Pass, ast.Break, ast.Continue,
+           ast.AugAssign, ast.JoinedStr, ast.FormattedValue)  # fmt: skip
+MAX_SOURCE_BYTES = 64 * 1024  # a contract is a page of rules; a larger file is refused before it is parsed
+# the fields that hold a name a contract's code binds or reads: none of them may be a dunder name
+IDENTIFIER_FIELDS = {ast.Name: "id", ast.arg: "arg", ast.keyword: "arg", ast.FunctionDef: "name",
+                     ast.alias: "asname"}  # fmt: skip
 
 
 def _refuse(path: Path, node: ast.AST, what: str) -> ContractError:
     return ContractError(
-        f"{path}, line {node.lineno}: {what}. A contract holds only NAME = value lines, "
+        f"{path}, line {getattr(node, 'lineno', '?')}: {what}. A contract holds only NAME = value lines, "
         "`from ci.kernel import spec`, `import math` and rule functions of spec's rules and the env mapping they get "
         "(ci/trees/contracts.py)"
     )
 
 
 def check_source(text: str, path: Path) -> ast.Module:
-    """The parsed contract, or a :class:`ContractError` naming the first construct it may not use."""
+    """The parsed contract, or a :class:`ContractError` naming the first construct it may not use: every node
+    must be of a kind in ``ALLOWED``, and no name it binds or reads may be a dunder name."""
+    if len(text.encode()) > MAX_SOURCE_BYTES:
+        raise ContractError(f"{path}: {len(text.encode()):,} bytes; a contract is at most {MAX_SOURCE_BYTES:,} "
+                            "(NAME = value lines and a few rule functions)")  # fmt: skip
     try:
         tree = ast.parse(text, str(path))
     except (SyntaxError, ValueError) as exc:
         raise ContractError(f"{path}: not valid Python ({exc})") from exc
+    except (MemoryError, RecursionError):
+        raise ContractError(f"{path}: nested too deeply for Python to parse; write the rule flatter") from None
     for i, node in enumerate(tree.body):
         docstring = i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
         if not (docstring or isinstance(node, TOP_LEVEL)):
@@ -125,17 +141,24 @@ def check_source(text: str, path: Path) -> ast.Module:
         if isinstance(node, ast.FunctionDef) and node.decorator_list:
             raise _refuse(path, node, "a decorator")
     for node in ast.walk(tree):
-        if isinstance(node, REFUSED):
-            raise _refuse(path, node, f"a {type(node).__name__} construct")
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and node not in tree.body:
-            raise _refuse(path, node, "an import inside a function")
-        if isinstance(node, ast.Name) and node.id.startswith("__"):
-            raise _refuse(path, node, f"the name {node.id}")
-        if isinstance(node, ast.Attribute):
-            _check_attribute(node, path)
-        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and not isinstance(node.value, ast.Name):
-            raise _refuse(path, node, "an assignment into something other than a local name")
+        _check_node(node, tree, path)
     return tree
+
+
+def _check_node(node: ast.AST, tree: ast.Module, path: Path) -> None:
+    if not isinstance(node, ALLOWED):
+        raise _refuse(path, node, f"a {type(node).__name__} construct")
+    if isinstance(node, (ast.Import, ast.ImportFrom)) and node not in tree.body:
+        raise _refuse(path, node, "an import inside a function")
+    if isinstance(node, ast.FunctionDef) and getattr(node, "type_params", None):
+        raise _refuse(path, node, "type parameters")
+    name = getattr(node, IDENTIFIER_FIELDS.get(type(node), ""), None)
+    if isinstance(name, str) and name.startswith("__"):
+        raise _refuse(path, node, f"the name {name}")
+    if isinstance(node, ast.Attribute):
+        _check_attribute(node, path)
+    if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and not isinstance(node.value, ast.Name):
+        raise _refuse(path, node, "an assignment into something other than a local name")
 
 
 def _check_attribute(node: ast.Attribute, path: Path) -> None:
@@ -222,9 +245,11 @@ def load_contract(path: Path) -> Contract:
     if settings[DEFAULT_SETTING]:
         raise ContractError(f"{path}: SETTINGS[{DEFAULT_SETTING!r}] must be empty: it is what a user gets by default")
     entry = getattr(module, "ENTRY_MODULE", ENTRY_MODULE)
-    dotted = isinstance(entry, str) and all(part.isidentifier() for part in entry.split("."))
-    if not dotted or not entry.startswith("vllm."):
-        raise ContractError(f"{path}: ENTRY_MODULE must name a vLLM module (e.g. {ENTRY_MODULE!r}), found {entry!r}")
+    if not isinstance(entry, str) or entry not in ENTRY_MODULES:
+        raise ContractError(
+            f"{path}: ENTRY_MODULE must be the entry module of one of the gate's subjects "
+            f"({', '.join(ENTRY_MODULES)}), found {entry!r}: the gate has tests for those only"
+        )
     rules = {r: getattr(module, r, None) for r in _RULES}
     bad = [r for r, f in rules.items() if f is not None and not callable(f)]
     if bad:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ci.core.errors import DataError
 from ci.core.jsonio import read_json
+from ci.core.schema import BOOLEAN, STRING, ListOf, MapOf, OneOf, Opt, problem
 from ci.trees.treediff import FileChange
 
 MANIFEST_KIND = "vllm-trees"
@@ -51,10 +52,22 @@ class Trees:
     candidate: Path
 
 
+CHANGE = {"path": STRING, "sha256_before": Opt(STRING), "sha256_after": Opt(STRING), "what": STRING}
+FIELDS = {"vllm_version": STRING, "vllm_source": STRING, "patch_path": STRING, "patch_sha256": STRING,
+          "reverse": BOOLEAN, "base": STRING, "candidate": STRING, "changed_files": ListOf(CHANGE),
+          "ignored_patch_paths": Opt(ListOf(STRING)), "overlaid_files": Opt(ListOf(STRING)), "refs": Opt(MapOf(Opt(
+              OneOf((STRING, ListOf(STRING)))))), "contract": Opt({"path": STRING, "sha256": STRING}),
+          "entry_module": Opt(STRING), "tools": Opt(MapOf(STRING)), "created_at": Opt(STRING),
+          "command": Opt(STRING)}  # fmt: skip
+
+
 def load_trees(manifest_path: Path) -> Trees:
     """Read a manifest written by ``ci.trees.build.build_trees``; check the trees are still there."""
     payload = read_json(manifest_path, kind=MANIFEST_KIND, versions=(MANIFEST_VERSION,))
     payload = {k: v for k, v in payload.items() if k not in ("kind", "schema_version")}
+    wrong = problem(payload, FIELDS, "manifest")
+    if wrong:
+        raise DataError(f"{manifest_path}: malformed tree manifest ({wrong}); rebuild with `nox -s build`")
     try:
         payload["changed_files"] = tuple(FileChange(**c) for c in payload["changed_files"])
         if not all(isinstance(c.path, str) for c in payload["changed_files"]):

@@ -42,6 +42,22 @@ def _dist_version(name: str) -> str:
 GATE_NAME = "EP-Marlin gate"  # what the reports call the gate (the core reads it from here, as recorded)
 
 
+def side_identity(results, side: str) -> dict[str, str]:
+    """What build ``side`` of a run is, as its provenance records it (``collect``): the vLLM release and, for the
+    candidate, the change (the patch's sha256; an A/A run's candidate is the base build, with its injected
+    slowdown). Every subject that runs vLLM's trees registers it as its ``identity``."""
+    vllm = results.provenance.get("vllm")
+    vllm = vllm if isinstance(vllm, dict) else {}
+    found = {"vLLM": str(vllm["version"])} if "version" in vllm else {}
+    if side == "candidate" and "patch_sha256" in vllm:
+        if results.settings.get("aa"):
+            inject = results.settings.get("inject_slowdown") or results.settings.get("inject_sleep_us")
+            found["change"] = "none: the base build (A/A run" + (f", slowed by {inject}" if inject else "") + ")"
+        else:
+            found["change"] = f"{vllm.get('patch', 'a patch')} (sha256 {str(vllm['patch_sha256'])[:12]})"
+    return found
+
+
 def change_line(trees: Trees) -> str:
     """One line for reports: the change under test, on which vLLM, and its contract (or none)."""
     from ci.trees.contracts import NO_CONTRACT

@@ -116,7 +116,9 @@ def make_patch(repo: Path, base: str, head: str) -> tuple[str, dict]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.trees.refpatch", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m ci.trees.refpatch", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--repo", type=Path, required=True, help="a vLLM checkout with the history of both refs")
     parser.add_argument("--base", required=True, help="the ref the branch is compared with (e.g. origin/main)")
     parser.add_argument("--head", required=True, help="the branch or commit under test")

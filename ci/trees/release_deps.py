@@ -113,7 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ci.trees.build import GATE_DIR
     from ci.trees.release import fetch_release
 
-    parser = argparse.ArgumentParser(prog="python -m ci.trees.release_deps", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m ci.trees.release_deps", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--vllm", required=True, help="a vLLM release, e.g. 0.33.0")
     parser.add_argument("--out", type=Path, help="requirements file to write (default .gate/deps/vllm-X.txt)")
     parser.add_argument("--cache", type=Path, default=GATE_DIR / "cache")

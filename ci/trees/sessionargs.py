@@ -27,10 +27,19 @@ class SessionArgs:
         return self.vllm == "installed"
 
 
+def _source_options() -> tuple[str, ...]:
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    return (*(o for a in add_source_arguments(parser) for o in a.option_strings), "--out")
+
+
+SOURCE_OPTIONS = _source_options()  # what every session takes itself (the rest goes to its tool)
+
+
 def parse_session_args(posargs: Sequence[str]) -> SessionArgs:
     """The source options (``ci.trees.build.add_source_arguments``, the same definitions the stages use) and
-    ``--out``; ``build_argv`` repeats the source options given, for ``python -m ci.trees.build``."""
-    parser = argparse.ArgumentParser(add_help=False)
+    ``--out``; ``build_argv`` repeats the source options given, for ``python -m ci.trees.build``. No option is
+    taken by an abbreviation of its name: ``--contrac`` stays in ``rest``, where the noxfile refuses it."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     source = add_source_arguments(parser)
     parser.add_argument("--out")
     known, rest = parser.parse_known_args(list(posargs))

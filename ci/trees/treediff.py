@@ -5,6 +5,11 @@ a ``diff --git`` line, and paths a header parser splits wrongly): after the patc
 are compared file by file (content, the executable bit, symbolic links, added and removed files), and that
 list is what the manifest records, what ``ci.trees.variants`` loads from the candidate and what the reports name.
 
+Every file counts, whatever its kind: bytecode (``.pyc``, ``__pycache__`` folders), compiled libraries,
+``.pth`` and data files alike. Nothing of the gate writes bytecode into a tree (``ci.trees.variants`` imports
+the trees from source, its cache outside them), so a cache that differs is one a patch brought, and the
+build refuses it with its path (``ci.trees.variants.candidate_modules``).
+
 A tree holds copies of vLLM's Python files and links (made by the builder) to the release's other files.
 A link is the same as a file when both name the same target, or when the file holds the bytes the link
 points at (a file the builder copied out before patching it and the patch left as it was).
@@ -33,15 +38,13 @@ class FileChange:
 
 
 def _entries(tree: Path) -> dict[str, os.stat_result]:
-    """Every file and link under ``tree`` (not followed), by path relative to it."""
+    """Every file and link under ``tree`` (not followed), by path relative to it: bytecode and caches too."""
     found = {}
     for folder, dirs, files in os.walk(tree):
         rel = Path(folder).relative_to(tree)
         for name in files + [d for d in dirs if (Path(folder) / d).is_symlink()]:
-            if name.endswith(".pyc"):
-                continue
             found[(rel / name).as_posix()] = (Path(folder) / name).lstat()
-        dirs[:] = [d for d in dirs if d != "__pycache__" and not (Path(folder) / d).is_symlink()]
+        dirs[:] = [d for d in dirs if not (Path(folder) / d).is_symlink()]
     return found
 
 

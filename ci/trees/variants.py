@@ -1,6 +1,7 @@
 """Import vLLM's base and candidate code side by side in one process.
 
-The base tree is imported the normal way (it is first on ``sys.path``). The candidate
+The base tree is imported the normal way (it is first on ``sys.path``), from its sources: a path hook compiles
+its modules and keeps their bytecode beside the trees, never in them. The candidate
 differs from it only in the files that differ between the two trees (``ci.trees.treediff``: the
 manifest records them, and they are checked again here against the trees themselves), and
 both share the same compiled kernels, so the candidate is loaded as fresh module objects:
@@ -9,26 +10,32 @@ tree while every other import resolves to the already-imported base. Base and ca
 then run interleaved on one GPU in one process, which is what fair A/B timing needs.
 
 Refused, at build and here, with the file named (:func:`candidate_modules`): a changed
-non-Python file, a changed package ``__init__.py``, a removed module, and a changed module
-that neither the entry module nor another changed module imports, since the candidate would
-never run it (it is not imported at all, or only through unchanged modules, which keep the
-base's). What stays out of reach: an unchanged module that imports a changed one keeps the
-base's version of it, so a change is tested where the entry module and the changed modules
-use it.
+non-Python file (bytecode and ``__pycache__`` included: the candidate is imported from source only), a changed
+package ``__init__.py``, a removed module, and a changed module that neither the entry module nor another
+changed module imports when it runs, since the candidate would never run it (it is not imported at all, only
+inside ``if TYPE_CHECKING:`` blocks, or only through unchanged modules, which keep the base's). Changed lines
+the tiers never execute are found by measuring them (``ci.trees.changed_lines``). What stays out of reach:
+an unchanged module that imports a changed one keeps the base's version of it, so a change is tested where
+the entry module and the changed modules use it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import importlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
+import marshal
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from ci.core.errors import DataError, MissingDependencyError, PatchError
+from ci.core.errors import DataError, MissingDependencyError, PatchError, UsageError
 from ci.trees.manifest import Trees
 from ci.trees.treediff import REMOVED, FileChange, differences
 
@@ -36,6 +43,8 @@ ENTRY_MODULE = "vllm.model_executor.layers.fused_moe.experts.marlin_moe"
 # the entry modules of the gate's subjects (Marlin's first): a change is loaded through the one its contract
 # names, or, without one, the first through which the candidate runs every module it changes
 ENTRY_MODULES = (ENTRY_MODULE, "vllm.model_executor.layers.fused_moe.fused_moe")
+# the tests of each subject, by its entry module: its CPU tier and GPU suite (the noxfile, the verdict line)
+SUBJECT_TESTS = {ENTRY_MODULE: "tests/ep_marlin", ENTRY_MODULES[1]: "tests/triton_moe"}
 
 
 def module_name(rel_path: str) -> str:
@@ -43,6 +52,7 @@ def module_name(rel_path: str) -> str:
     return ".".join(Path(rel_path).with_suffix("").parts)
 
 
+@functools.lru_cache(maxsize=50_000)
 def _module_file(tree: Path, name: str) -> Path | None:
     path = tree.joinpath(*name.split("."))
     for candidate in (path / "__init__.py", path.with_suffix(".py")):
@@ -51,43 +61,98 @@ def _module_file(tree: Path, name: str) -> Path | None:
     return None
 
 
-def direct_imports(tree: Path, name: str) -> set[str]:
-    """The ``vllm`` modules that module ``name`` of ``tree`` imports anywhere in its code (also inside
-    functions and ``try`` blocks), as its ``import`` statements name them: static, so an import by string
-    (``importlib.import_module``) is not seen, and the module then counts as not imported."""
+def _is_type_checking(test) -> bool:
     import ast
 
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def forget_files() -> None:
+    """Drop what was read of trees' files (the import graph's caches): a later search reads them anew."""
+    _module_file.cache_clear()
+    _imports_of.cache_clear()
+
+
+def _child_statements(node):
+    """The statements directly inside ``node`` (bodies, else and finally blocks, handlers, match cases): imports
+    are statements, so only statements need visiting, never the expressions that make up most of a file."""
+    for field in ("body", "orelse", "finalbody"):
+        yield from (c for c in getattr(node, field, None) or () if not isinstance(c, list))
+    for inner in (*(getattr(node, "handlers", None) or ()), *(getattr(node, "cases", None) or ())):
+        yield from inner.body
+
+
+def _import_nodes(parsed):
+    """(import node, whether it runs) for every import of ``parsed``: the bodies of ``if TYPE_CHECKING:`` blocks
+    (``typing.TYPE_CHECKING`` too) run for type checkers only."""
+    import ast
+
+    stack = [(parsed, True)]
+    while stack:
+        node, runs = stack.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node, runs
+            continue
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend((child, False) for child in node.body)
+            stack.extend((child, runs) for child in node.orelse)
+            continue
+        stack.extend((child, runs) for child in _child_statements(node))
+
+
+def direct_imports(tree: Path, name: str, *, type_checking: bool = False) -> set[str]:
+    """The ``vllm`` modules that module ``name`` of ``tree`` imports when it runs (also inside functions and
+    ``try`` blocks; not in ``if TYPE_CHECKING:`` blocks, which never run, unless ``type_checking``), as its
+    ``import`` statements name them: static, so an import by string (``importlib.import_module``) is not seen,
+    and the module then counts as not imported."""
     path = _module_file(tree, name)
     if path is None:
         return set()
+    st = path.stat()
+    runtime, typed = _imports_of(tree, name, path, st.st_mtime_ns, st.st_size)
+    return set(runtime | typed) if type_checking else set(runtime)
+
+
+@functools.lru_cache(maxsize=20_000)
+def _imports_of(tree: Path, name: str, path: Path, mtime_ns: int, size: int) -> tuple[frozenset[str], frozenset[str]]:
+    """(what runs, what only type checkers see) of one file as it is: its time and size key the cache, so a
+    search over the import graph parses each file once."""
+    import ast
+
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
+    found: dict[bool, set[str]] = {True: set(), False: set()}
     try:
         parsed = ast.parse(path.read_bytes(), str(path))
-    except (SyntaxError, ValueError):
-        return found  # the import of the candidate fails then, and with it every test
-    for node in ast.walk(parsed):
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return frozenset(), frozenset()  # the import of the candidate fails then, and with it every test
+    for node, runs in _import_nodes(parsed):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
+        else:
             parts = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
             base = ".".join([*parts, *([node.module] if node.module else [])])
             targets = [base, *(f"{base}.{a.name}" for a in node.names)]
-        else:
-            continue
         for target in targets:
             pieces = target.split(".")
-            found.update(".".join(pieces[:i]) for i in range(1, len(pieces) + 1))
-    return {m for m in found if m.split(".")[0] == "vllm" and _module_file(tree, m) is not None}
+            if pieces[0] == "vllm":
+                found[runs].update(".".join(pieces[:i]) for i in range(1, len(pieces) + 1))
+
+    def known(names: set[str]) -> frozenset[str]:
+        return frozenset(m for m in names if _module_file(tree, m) is not None)
+
+    return known(found[True]), known(found[False] - found[True])
 
 
-def _import_chain(tree: Path, start: str, goal: str, limit: int = 5000) -> list[str] | None:
+def _import_chain(tree: Path, start: str, goal: str, limit: int = 5000, *, type_checking: bool = False
+                  ) -> list[str] | None:  # fmt: skip
     """The shortest chain of imports from ``start`` to ``goal`` in ``tree`` (None: ``goal`` is not reached)."""
     parent: dict[str, str | None] = {start: None}
     queue = [start]
     while queue and len(parent) < limit:
         current = queue.pop(0)
-        for nxt in sorted(direct_imports(tree, current)):
+        for nxt in sorted(direct_imports(tree, current, type_checking=type_checking)):
             if nxt not in parent:
                 parent[nxt] = current
                 if nxt == goal:
@@ -99,19 +164,42 @@ def _import_chain(tree: Path, start: str, goal: str, limit: int = 5000) -> list[
     return None
 
 
+def _why_not_run(tree: Path, entry: str, name: str) -> str:
+    """Why the candidate never runs the changed module ``name`` when loaded through ``entry``."""
+    chain = _import_chain(tree, entry, name)
+    if chain is not None:
+        return "is imported only through unchanged modules (" + " -> ".join(chain) + "), which keep the base's"
+    typed = _import_chain(tree, entry, name, type_checking=True)
+    if typed is not None:
+        return "is imported only inside `if TYPE_CHECKING:` blocks (" + " -> ".join(typed) + "), which never run"
+    return "is not imported by " + entry
+
+
+def _not_testable(change: FileChange) -> str | None:
+    """Why the in-process tiers cannot test this changed file (None: they can, it is a module they load)."""
+    path = change.path
+    if "__pycache__" in path.split("/") or path.endswith((".pyc", ".pyo")):
+        return (f"{path} is bytecode: the gate tests the sources it can read and imports them from source only; "
+                "remove the file from the patch")  # fmt: skip
+    if not path.endswith(".py"):
+        return (f"{path} is not a Python module ({Path(path).suffix or 'no suffix'}): base and candidate share one "
+                "process, which cannot hold two versions of it")  # fmt: skip
+    if path.endswith("/__init__.py"):
+        return f"{path} is a package file: loading it twice in one process is unsafe"
+    if change.what == REMOVED:
+        return f"{path} is removed: the candidate would still import the base's copy"
+    return None
+
+
 def candidate_modules(changes: list[FileChange] | tuple[FileChange, ...], candidate: Path, *, source: str,
                       entry: str = ENTRY_MODULE) -> list[str]:  # fmt: skip
     """The modules to load from the candidate tree (every changed module, then the entry module), or one
     :class:`PatchError` naming each changed file the in-process tiers could not test, and why."""
     problems, names = [], []
     for change in changes:
-        if not change.path.endswith(".py"):
-            problems.append(f"{change.path} is not a Python module: base and candidate share one process, which "
-                            "cannot hold two versions of it")  # fmt: skip
-        elif change.path.endswith("/__init__.py"):
-            problems.append(f"{change.path} is a package file: loading it twice in one process is unsafe")
-        elif change.what == REMOVED:
-            problems.append(f"{change.path} is removed: the candidate would still import the base's copy")
+        why = _not_testable(change)
+        if why:
+            problems.append(why)
         else:
             names.append(module_name(change.path))
     loaded = set(names) | {entry}
@@ -121,13 +209,8 @@ def candidate_modules(changes: list[FileChange] | tuple[FileChange, ...], candid
             bound.add(nxt)
             queue.append(nxt)
     for name in sorted(set(names) - bound):
-        chain = _import_chain(candidate, entry, name)
-        how = (
-            "is not imported by " + entry
-            if chain is None
-            else "is imported only through unchanged modules (" + " -> ".join(chain) + "), which keep the base's"
-        )
-        problems.append(f"{name.replace('.', '/')}.py {how}, so the candidate would never run it")  # fmt: skip
+        how = _why_not_run(candidate, entry, name)
+        problems.append(f"{name.replace('.', '/')}.py {how}, so the candidate would never run it")
     if problems:
         raise PatchError(
             f"{source} changes what the gate's in-process tiers cannot test: " + "; ".join(problems) + ". "
@@ -138,8 +221,80 @@ def candidate_modules(changes: list[FileChange] | tuple[FileChange, ...], candid
     return [*names, *([] if entry in names else [entry])]
 
 
+class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
+    """Compiles its module from the source file at every import: reads no bytecode and writes none, so a
+    ``__pycache__`` beside the file (a patch may bring one) is never what runs."""
+
+    def get_code(self, fullname):
+        path = self.get_filename(fullname)
+        return self.source_to_code(self.get_data(path), path)
+
+
+class CachedSourceLoader(importlib.machinery.SourceFileLoader):
+    """Like :class:`SourceOnlyLoader`, with the bytecode kept in a folder of the gate's outside the trees
+    (``BYTECODE_DIR`` beside them), keyed by the source's path and checked against its sha256 at every import:
+    the base tree's vLLM is compiled once, and nothing is read from or written into a tree."""
+
+    cache: Path  # set by cached_loader_for
+
+    def get_code(self, fullname):
+        path = self.get_filename(fullname)
+        source = self.get_data(path)
+        header = importlib.util.MAGIC_NUMBER + hashlib.sha256(source).digest()
+        cached = self.cache / (hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:40] + ".pyc")
+        with contextlib.suppress(OSError, ValueError, EOFError, TypeError):
+            data = cached.read_bytes()
+            if data.startswith(header):
+                return marshal.loads(data[len(header) :])
+        code = self.source_to_code(source, path)
+        if sys.dont_write_bytecode:  # python -B, PYTHONDONTWRITEBYTECODE
+            return code
+        with contextlib.suppress(OSError):
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
+            tmp.write_bytes(header + marshal.dumps(code))
+            os.replace(tmp, cached)
+        return code
+
+
+BYTECODE_DIR = "bytecode"  # in the trees' folder, beside base/ and candidate/ (never inside a tree)
+
+
+def cached_loader_for(cache: Path) -> type[CachedSourceLoader]:
+    return type("CachedSourceLoader", (CachedSourceLoader,), {"cache": cache})
+
+
+def _tree_path_hook(tree: Path, loader: type[importlib.machinery.SourceFileLoader]):
+    """A path hook that imports the folders of ``tree`` with ``loader`` (Python sources) and the release's
+    compiled extensions, and nothing else: no bytecode-only module (``x.pyc`` with no ``x.py``), no cache."""
+    root = os.path.realpath(tree)
+    details = ((loader, importlib.machinery.SOURCE_SUFFIXES),
+               (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES))  # fmt: skip
+
+    def hook(path: str):
+        real = os.path.realpath(path or os.getcwd())
+        if real != root and not real.startswith(root + os.sep):
+            raise ImportError("not a folder of the gate's trees")
+        return importlib.machinery.FileFinder(path, *details)
+
+    hook.gate_tree = root  # type: ignore[attr-defined]
+    return hook
+
+
+def import_tree_from_source(tree: Path, cache: Path) -> None:
+    """From now on, modules of ``tree`` are compiled from their sources, their bytecode cached in ``cache``."""
+    root = os.path.realpath(tree)
+    if any(getattr(h, "gate_tree", None) == root for h in sys.path_hooks):
+        return
+    sys.path_hooks.insert(0, _tree_path_hook(tree, cached_loader_for(cache)))
+    for path in list(sys.path_importer_cache):
+        real = os.path.realpath(path or os.getcwd())
+        if real == root or real.startswith(root + os.sep):
+            del sys.path_importer_cache[path]
+
+
 class _TreeFinder(importlib.abc.MetaPathFinder):
-    """Serves the named modules from ``tree``; everything else falls through to the normal path."""
+    """Serves the named modules from ``tree``, from source only; everything else falls through to the normal path."""
 
     def __init__(self, tree: Path, names: frozenset[str]) -> None:
         self.tree, self.names = tree, names
@@ -147,8 +302,8 @@ class _TreeFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in self.names:
             return None
-        file = self.tree / (fullname.replace(".", "/") + ".py")
-        return importlib.util.spec_from_file_location(fullname, file)
+        file = str(self.tree / (fullname.replace(".", "/") + ".py"))
+        return importlib.util.spec_from_file_location(fullname, file, loader=SourceOnlyLoader(fullname, file))
 
 
 def _parent_and_leaf(name: str) -> tuple[ModuleType, str]:
@@ -228,6 +383,9 @@ def entry_module(trees: Trees) -> str:
 def choose_entry(changes, candidate: Path, *, source: str, declared: str | None = None) -> str:
     """The entry module of a change: the one its contract declares (which must then reach every changed
     module), else the first of ``ENTRY_MODULES`` that does; else Marlin's refusal, naming each file."""
+    forget_files()  # the tree on disk now, not as an earlier call in this process saw it
+    if declared and declared not in ENTRY_MODULES:
+        raise UsageError(f"entry module {declared!r} is not one of the gate's subjects ({', '.join(ENTRY_MODULES)})")
     if declared:
         candidate_modules(changes, candidate, source=source, entry=declared)
         return declared
@@ -264,6 +422,7 @@ def check_base_importable(trees: Trees, entry: str = ENTRY_MODULE) -> ModuleType
 def load_candidate(trees: Trees, entry: str = ENTRY_MODULE, during=None) -> ModuleType:
     """The candidate's entry module, with every changed module loaded from its tree. What the candidate loads
     comes from the trees themselves, which must still differ exactly as the manifest says."""
+    forget_files()
     found = tuple(differences(trees.base, trees.candidate))
     if found != trees.manifest.changed_files:
         raise DataError(
@@ -282,10 +441,12 @@ def load_variants(trees: Trees) -> tuple[Variant, Variant]:
 
 
 def put_base_first(trees: Trees) -> None:
-    """Make the base tree the ``vllm`` that ``import vllm`` finds; refuse if another is already imported."""
+    """Make the base tree the ``vllm`` that ``import vllm`` finds, imported from its sources (bytecode cached
+    beside the trees, never in them); refuse if another vLLM is already imported."""
     already = sys.modules.get("vllm")
     if already is not None and not Path(already.__file__).resolve().is_relative_to(trees.base.resolve()):
         raise DataError(f"vllm is already imported from {already.__file__}; start a fresh process")
+    import_tree_from_source(trees.base, trees.manifest_path.resolve().parent / BYTECODE_DIR)
     base = str(trees.base)
     if base not in sys.path:
         sys.path.insert(0, base)

@@ -231,7 +231,9 @@ def check_plan(captures: int, repeats: int, sweep_repeats: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.triton_moe.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m ci.triton_moe.bench", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--manifest", type=Path, required=True, help="manifest.json of the trees (ci.trees.build)")
     parser.add_argument(
         "--out", type=Path, required=True, help=f"folder the stage writes {outputs.TRITON_RESULTS} into"

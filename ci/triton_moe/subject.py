@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from ci.core import stats
 from ci.core.errors import DataError, UsageError
+from ci.core.schema import BOOLEAN, POSITIVE, STRING, ListOf, MapOf, Opt
 from ci.core.subjects import Annotation, Subject, register
 from ci.runner import outputs
+from ci.trees.provenance import side_identity
 from ci.triton_moe.bench import KIND, MIN_CAPTURES
 
 CONFIG, REGRET = "config", "regret vs best config timed"
@@ -92,7 +94,12 @@ def regret_text(found: dict | None) -> str:
     return f"best {found['best_config']}: " + ", ".join(parts)
 
 
-SUBJECT = register(Subject(kind=KIND, expected_cases=expected_cases, min_captures=lambda results: MIN_CAPTURES,
+# the fields of a case this subject's code reads (ci.core.schema: checked when a results file is read)
+SCHEMA = {"info": {"config_label": MapOf(Opt(STRING))},
+          "extra": {"configs_us": MapOf(ListOf(POSITIVE)), "correctness": {"ok": BOOLEAN}}}  # fmt: skip
+
+SUBJECT = register(Subject(kind=KIND, identity=side_identity, schema=SCHEMA,
+                           expected_cases=expected_cases, min_captures=lambda results: MIN_CAPTURES,
                            case_problems=case_problems, columns=columns, annotate=annotate,
                            baseline_prefix="triton-moe-", results_file=outputs.TRITON_RESULTS,
                            writer=outputs.WRITERS[outputs.TRITON_RESULTS]))  # fmt: skip

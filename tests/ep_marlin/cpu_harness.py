@@ -26,7 +26,11 @@ from ci.kernel.formats import FORMAT_COMBOS, FORMATS, Format
 M_VALUES = (1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 511, 513,
             1000, 1023, 1024, 1025, 2047, 2048, 3001, 4095, 4096, 5000, 6143, 8191, 8192)  # fmt: skip
 LOCAL_EXPERTS = (1, 5, 8, 32, 128)
-EP_SIZES = (None, 1, 2, 4, 8, 16, 32)  # None: a non-EP caller (global_num_experts == -1)
+# None: a non-EP caller (global_num_experts == -1); 1: the non-EP call as vLLM makes it (global_num_experts == E,
+# no expert map: the modular kernel turns -1 into the local expert count before the Marlin experts run, so a
+# server without EP calls fused_marlin_moe this way, ci.kernel.callers); 2 and more: EP, with an expert map
+EP_SIZES = (None, 1, 2, 4, 8, 16, 32)
+NON_EP_SIZES = (None, 1)
 TOP_KS = (1, 2, 4, 6, 8)
 FORMATS_PER_M = 3  # formats each M value is tried with, at each grid point
 HIDDEN = 16  # K: the smallest hidden size the Python checks accept; the spies ignore the weights
@@ -57,6 +61,11 @@ class Case:
     def __str__(self) -> str:
         return (f"M={self.m} topk={self.topk} E={self.local_experts} G={self.global_experts} "
                 f"format={self.fmt.name} {self.activation}")  # fmt: skip
+
+
+def is_non_ep(ep: int | None) -> bool:
+    """Whether a grid point is a non-EP call (G == -1, or G == E with no expert map): the non-EP path."""
+    return ep in NON_EP_SIZES
 
 
 def has_enough_experts(local_experts: int, ep: int | None, topk: int) -> bool:

@@ -9,7 +9,7 @@ under the change's contract and the named setting:
 
 * ``fused``: the universal invariants and the contract's rule for ``fused_marlin_moe``;
 * ``align``: ``moe_align_block_size`` gets the global expert count and the caller's routing;
-* ``non_ep``: non-EP calls hand the kernels the base's arguments;
+* ``non_ep``: non-EP calls (G == -1, and G == E with no expert map) hand the kernels the base's arguments;
 * ``batched``: the batched path's invariants and the contract's batched rule;
 * ``triton``: a Triton fused-MoE change (its contract's ``ENTRY_MODULE``): the config each launch of
   ``fused_experts_impl`` gets, against the base's and the contract's ``triton_config``
@@ -33,7 +33,8 @@ from tests.ep_marlin import cpu_harness as h
 
 WRITTEN_FOR = "0.25.1"
 CHECKS = ("fused", "align", "non_ep", "batched", "triton")
-SAMPLE = [(8, ep, topk) for ep in (None, 2, 4, 8) for topk in (2, 8)] + [(5, 16, 6), (32, 32, 8)]
+# grid points (local experts, EP, top-k): both non-EP calls (G == -1; EP 1: G == E, no map) and EP ones
+SAMPLE = [(8, ep, topk) for ep in (None, 1, 2, 4, 8) for topk in (2, 8)] + [(5, 16, 6), (32, 32, 8)]
 
 
 def _mutants() -> dict[str, dict]:
@@ -99,7 +100,7 @@ def _errors(check, module, base, contract, env, combos, expert_map_fn) -> list[s
                 errors.append(f"{bh.where(call)}: not the contract's tile")
         return errors
     for e, ep, topk in SAMPLE:
-        if check == "non_ep" and ep is not None:
+        if check == "non_ep" and not h.is_non_ep(ep):
             continue
         for case in h.cases_for(e, ep, topk, combos):
             inputs = h.make_inputs(case, expert_map_fn)

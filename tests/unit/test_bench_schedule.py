@@ -42,7 +42,7 @@ class FakeRunner:
 
 
 def _run(monkeypatch, repeats, captures):
-    monkeypatch.setattr(bench, "check_outputs_agree", lambda *a: {"ok": True})
+    monkeypatch.setattr(bench, "check_outputs_agree", lambda *a, **k: {"ok": True})
     monkeypatch.setattr(bench, "picked_block_size", lambda runner, module: 8)
     runner = FakeRunner()
     variants = (SimpleNamespace(name="base", marlin_moe="base"), SimpleNamespace(name="candidate", marlin_moe="cand"))
@@ -101,7 +101,7 @@ class SleepyRunner(FakeRunner):
 
 
 def test_an_injected_slowdown_sleeps_in_the_candidates_graphs_only(monkeypatch):
-    monkeypatch.setattr(bench, "check_outputs_agree", lambda *a: {"ok": True})
+    monkeypatch.setattr(bench, "check_outputs_agree", lambda *a, **k: {"ok": True})
     monkeypatch.setattr(bench, "picked_block_size", lambda runner, module: 8)
     runner = SleepyRunner()
     same = SimpleNamespace(name="base", marlin_moe="base"), SimpleNamespace(name="candidate", marlin_moe="base")
@@ -118,7 +118,7 @@ def test_an_injected_slowdown_sleeps_in_the_candidates_graphs_only(monkeypatch):
 
 
 def test_an_injected_slowdown_needs_an_aa_run_and_a_sleep_rate(monkeypatch):
-    monkeypatch.setattr(bench, "check_outputs_agree", lambda *a: {"ok": True})
+    monkeypatch.setattr(bench, "check_outputs_agree", lambda *a, **k: {"ok": True})
     monkeypatch.setattr(bench, "picked_block_size", lambda runner, module: 8)
     variants = (SimpleNamespace(name="base", marlin_moe="base"), SimpleNamespace(name="candidate", marlin_moe="c"))
     with pytest.raises(UsageError, match="A/A run"):

@@ -114,12 +114,16 @@ def test_the_shipped_changes_have_loadable_contracts():
     assert loaded["triton-ep-m-tile"].to_json()["entry_module"] == triton
 
 
-@pytest.mark.parametrize("entry", ["os.path", "vllm.", "vllm.a-b", 3, "vllm..x"])
-def test_an_entry_module_must_name_a_vllm_module(tmp_path, entry):
-    with pytest.raises(UsageError, match="ENTRY_MODULE must name a vLLM module"):
+@pytest.mark.parametrize("entry", ["os.path", "vllm.", "vllm.a-b", 3, "vllm..x", "vllm.a.b",
+                                   "vllm.model_executor.layers.fused_moe.layer"])  # fmt: skip
+def test_an_entry_module_must_be_one_of_the_subjects_entries(tmp_path, entry):
+    """Issue 39, item 2: another vLLM module as ENTRY_MODULE ended in a KeyError (exit 1, the FAIL code) or in a
+    PASS with every test skipped; it is a usage error naming the entries the gate has tests for."""
+    with pytest.raises(UsageError, match="ENTRY_MODULE must be the entry module of one of the gate's subjects") as e:
         contracts.load_contract(_write(tmp_path, GOOD + f"ENTRY_MODULE = {entry!r}\n"))
-    good = contracts.load_contract(_write(tmp_path, GOOD + "ENTRY_MODULE = 'vllm.a.b'\n"))
-    assert good.entry_module == "vllm.a.b"
+    assert e.value.exit_code == 2 and all(m in str(e.value) for m in contracts.ENTRY_MODULES)
+    for known in contracts.ENTRY_MODULES:
+        assert contracts.load_contract(_write(tmp_path, GOOD + f"ENTRY_MODULE = {known!r}\n")).entry_module == known
 
 
 def test_describe_names_every_path_and_rule_or_says_none(tmp_path):
@@ -194,6 +198,17 @@ ESCAPES = [
     ("try:\n    X = 1\nexcept Exception:\n    pass\n", "a Try statement at the top level"),
     ("X = exit(0)\n", "failed to load: NameError: name 'exit' is not defined"),
     ("X = open('/etc/hostname')\n", "failed to load: NameError: name 'open' is not defined"),
+    # issue 39, item 7: class patterns read attributes (case object(__globals__=g) reached __import__)
+    ("def f(x):\n    match x:\n        case object(__globals__=g):\n            return g\n", "a Match construct"),
+    ("def f(x):\n    match x:\n        case {'a': y}:\n            return y\n", "a Match construct"),
+    ("def f(**__kw):\n    return 1\n", "the name __kw"),
+    ("def f(__x):\n    return 1\n", "the name __x"),
+    ("def f(x):\n    return dict(__class__=1)\n", "the name __class__"),
+    ("def __init__():\n    return 1\n", "the name __init__"),
+    ("X = [y := 1]\n", "a NamedExpr construct"),
+    ("X = 1\nclass C:\n    pass\n", "a ClassDef statement at the top level"),
+    ("def f():\n    class C:\n        pass\n", "a ClassDef construct"),
+    ("def f():\n    async def g():\n        pass\n", "a AsyncFunctionDef construct"),
 ]
 
 
@@ -268,6 +283,18 @@ def test_the_allowed_parts_work(tmp_path):
     )
     c = contracts.load_contract(_write(tmp_path, text))
     assert c.fused_block_size_m(m=3.5) == 8 and c.fused_block_size_m(m=9) == 9
+
+
+@pytest.mark.parametrize("text", ["X = " + "-" * 60000 + "1\n", "X = " + "(" * 300 + "1" + ")" * 300 + "\n",
+                                  "X = " + "not " * 15000 + "1\n", "X = 1" + " + 1" * 20000 + "\n",
+                                  "X = 1  # " + "x" * 70000 + "\n"])  # fmt: skip
+def test_a_contract_nested_too_deep_or_too_large_is_a_contract_error(tmp_path, text):
+    """Issue 39, item 6: a deep unary expression ended in MemoryError (exit 70, a traceback)."""
+    with pytest.raises(contracts.ContractError) as err:
+        contracts.load_contract(_write(tmp_path, GOOD + text))
+    assert str(err.value).startswith(str(tmp_path / "contract.py"))
+    assert any(w in str(err.value) for w in ("nested too deeply", "not valid Python", "bytes; a contract is at most",
+                                              "RecursionError"))  # fmt: skip
 
 
 def test_a_contract_that_is_not_python_or_not_utf8_is_named(tmp_path):

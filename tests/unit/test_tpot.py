@@ -35,8 +35,14 @@ def worker_ports(monkeypatch) -> None:
     monkeypatch.setattr(launches, "DEFAULT_PORT", 20000 + session + 500 * (int(worker) if worker.isdigit() else 0))
 
 
+STANDIN_PICKS = [{"base": 8, "candidate": 8, "picked_by": "the stand-in trees (they have no fused_marlin_moe)"}]
+
+
 @pytest.fixture
 def standin_trees(tmp_path, monkeypatch) -> Trees:
+    """Stand-in trees (a stand-in vllm serve, no Marlin code): the picks each build makes are stood in for too
+    (the real ones: tests/ep_marlin/test_callers.py)."""
+    monkeypatch.setattr(tpot, "built_decode_picks", lambda *a, **k: STANDIN_PICKS)
     monkeypatch.setenv("STANDIN_CHILD_PID_FILE", str(tmp_path / "child.pid"))
     change = FileChange(path="vllm/x.py", sha256_before="a", sha256_after="b")
     manifest = TreeManifest(vllm_version="0.0.0", vllm_source="standin", patch_path="x.patch", patch_sha256="0",

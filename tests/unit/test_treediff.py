@@ -61,7 +61,9 @@ def test_same_size_and_time_but_other_bytes_is_a_change(tmp_path):
     assert [c.what for c in treediff.differences(base, cand)] == ["modified"]
 
 
-def test_caches_of_python_are_not_differences(tmp_path):
+def test_bytecode_and_caches_are_differences_like_any_file(tmp_path):
+    """Issue 39, item 1: a ``.pyc`` (the candidate's loader would run it instead of the source) and anything
+    in ``__pycache__`` count; the gate never writes bytecode into a tree, so one that differs came with the patch."""
     base, cand = _trees(tmp_path)
     for name in ("a.py", "b.py", "c.py", "d.py"):
         (base / "vllm" / name).write_text("same\n")
@@ -71,7 +73,16 @@ def test_caches_of_python_are_not_differences(tmp_path):
     (cand / "vllm" / "__pycache__").mkdir()
     (cand / "vllm" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"cache")
     (cand / "vllm" / "__pycache__" / "notes.txt").write_text("not compiled, but in a cache folder")
-    assert [c.path for c in treediff.differences(base, cand)] == ["vllm/d.py"]
+    (cand / "vllm" / "x.pth").write_text("import os\n")
+    found = {c.path: c.what for c in treediff.differences(base, cand)}
+    assert found == {"vllm/__pycache__/a.cpython-311.pyc": "added", "vllm/__pycache__/notes.txt": "added",
+                     "vllm/b.cpython-311.pyc": "added", "vllm/d.py": "modified", "vllm/x.pth": "added"}  # fmt: skip
+    (base / "vllm" / "__pycache__").mkdir()
+    (base / "vllm" / "__pycache__" / "c.cpython-311.pyc").write_bytes(b"base only")
+    assert treediff.differences(base, cand)[0].path == "vllm/__pycache__/a.cpython-311.pyc"
+    assert {c.path: c.what for c in treediff.differences(base, cand)}["vllm/__pycache__/c.cpython-311.pyc"] == (
+        "removed"
+    )
 
 
 def test_the_executable_bit_alone_is_a_mode_change(tmp_path):

@@ -649,8 +649,8 @@ def _one_of_the_default_suite(tmp_path: Path) -> Path:
 def test_a_file_that_says_complete_but_holds_one_case_of_its_suite_is_incomplete(tmp_path, capsys):
     one = _one_of_the_default_suite(tmp_path)
     assert _gate("--results", str(one), "--out", str(tmp_path / "o")) == ExitCode.INCOMPLETE
-    assert "152 of the 153 cases of suite 'default' are missing: deepseek-v3/ep1/tpr4/" in capsys.readouterr().out
-    with pytest.raises(IncompleteEvidenceError, match="152 of the 153 cases of suite 'default' are missing"):
+    assert "164 of the 165 cases of suite 'default' are missing: deepseek-v3/ep1/tpr4/" in capsys.readouterr().out
+    with pytest.raises(IncompleteEvidenceError, match="164 of the 165 cases of suite 'default' are missing"):
         baselines.record(one, tmp_path / "b")
     assert not (tmp_path / "b").exists()
 
@@ -724,7 +724,7 @@ def test_a_baseline_that_is_not_complete_by_the_gates_definition_is_no_reference
     run = saved(kernel_results("quick", seed=3), tmp_path / "run.json")
     args = ["--results", str(run), "--mode", "baseline", "--baseline-dir", str(bdir), "--out", str(tmp_path / "o")]
     assert _gate(*args) == ExitCode.INCOMPLETE
-    assert "the baseline: 8 of the 9 cases of suite 'quick' are missing" in capsys.readouterr().out
+    assert "the baseline: 12 of the 13 cases of suite 'quick' are missing" in capsys.readouterr().out
 
 
 def test_the_committed_baselines_are_complete_by_the_gates_definition():

@@ -30,8 +30,8 @@ def test_paths_are_named_and_the_gates_own_failures_counted_apart():
               "tests/unit/test_stats.py::test_x"]  # fmt: skip
     line = verdict_line(failed, 0, tier="CPU tier")
     assert "on the EP fused path and the batched path and the non-EP fused path (3 failed test(s)" in line
-    assert line.endswith("; and 1 other failure(s). What to do: read the first case below; fix the change, or the "
-                         "rule in its contract.py if the rule is wrong")  # fmt: skip
+    assert line.endswith("; and 1 other failure(s). What to do: fix the change, or the rule in its contract.py if the "
+                         "rule is wrong")  # fmt: skip
     gpu = ["tests/ep_marlin/test_gpu_equivalence.py::test_ep_sum_equals_non_ep[odd-small-4-linear-tokens7-candidate]"]
     assert verdict_line(gpu, 3, tier_of(gpu)).startswith("gate: GPU suite FAIL: the candidate's outputs fail")
     assert "on the GPU suite (test_ep_sum_equals_non_ep)" in verdict_line(gpu, 3, tier_of(gpu))

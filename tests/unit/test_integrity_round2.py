@@ -1,0 +1,365 @@
+"""Issue 39, items 4-9 beyond the trees: the verdict line's INCOMPLETE, how vLLM calls the experts without EP, the
+bench's non-EP check, baselines of like with like, messages instead of tracebacks, and the CLI. Each test failed
+on the gate of commit 4369f3a (the closing note's table)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ci.core import baselines, compare
+from ci.core.cli import run_main
+from ci.core.errors import DataError, ExitCode, UndeclaredChangeError, UsageError, WrongResultsError
+from ci.kernel import callers
+from ci.trees.changed_lines import LineReport
+from tests.unit.factories import kernel_results, make_results, saved
+from tests.verdict_line import _subject_checks, evidence_gaps, first_case, verdict_line
+
+ROOT = Path(__file__).resolve().parents[2]
+X1 = ROOT / "reports" / "nvidia-h200-x1"
+
+
+# Item 4: a PASS says what it did not run -----------------------------------------------------------------
+
+
+def test_a_pass_with_changed_lines_never_run_is_incomplete_and_names_them():
+    lines = LineReport(measured=True, statements=6, executed=5, unexecuted=["vllm/x.py:332"])
+    gap = evidence_gaps("CPU tier", 300, 1, "", lines, on_gpu=False)
+    assert gap == (
+        "gate: CPU tier INCOMPLETE: the tests passed, but 1 of the change's 6 statements never ran on the "
+        "CPU: vllm/x.py:332; only the GPU suite can vouch for them: run nox -s gpu_gate on a GPU host"
+    )
+    on_gpu = evidence_gaps("GPU suite", 90, 0, "", lines, on_gpu=True)
+    assert "never ran in the GPU suite: vllm/x.py:332; add a GPU test that runs them" in on_gpu
+    assert evidence_gaps("CPU tier", 300, 1, "", LineReport(measured=True, statements=6, executed=6), False) is None
+    assert evidence_gaps("CPU tier", 300, 1, "", None, False) is None  # a change of no Python statement
+    unmeasured = LineReport(measured=False, statements=2, why_not_measured="coverage.py is not installed")
+    assert evidence_gaps("CPU tier", 3, 0, "", unmeasured, False).endswith("not measured: coverage.py is not installed")
+
+
+def test_a_tier_that_runs_none_or_few_of_the_changes_checks_is_incomplete():
+    """Item 2: a contract's other ENTRY_MODULE gave 'PASS' with 342 skipped."""
+    none = evidence_gaps("CPU tier", 0, 342, "the change enters vLLM through x", None, False)
+    assert none.startswith("gate: CPU tier INCOMPLETE: none of the change's checks of its subject ran (342 skipped")
+    assert "first reason: the change enters vLLM through x" in none
+    few = evidence_gaps("CPU tier", 10, 11, "", None, False)
+    assert "11 of the change's 21 checks of its subject were skipped" in few
+    assert evidence_gaps("CPU tier", 11, 11, "", None, False) is None
+
+
+def _report(nodeid: str, *, gpu: bool = False, skip_reason: str | None = None):
+    longrepr = ("f", 1, f"Skipped: {skip_reason}") if skip_reason else None
+    return SimpleNamespace(nodeid=nodeid, keywords={"gpu": 1} if gpu else {}, longrepr=longrepr)
+
+
+def test_only_the_subjects_own_tests_of_the_runs_kind_are_counted(tmp_path):
+    trees = SimpleNamespace(manifest=SimpleNamespace(entry_module="", contract=None))
+    stats = {
+        "passed": [_report("tests/ep_marlin/test_block_size_selection.py::a"), _report("tests/unit/test_x.py::b"),
+                   _report("tests/ep_marlin/test_mutants.py::c"), _report("tests/triton_moe/test_y.py::d")],
+        "skipped": [_report("tests/ep_marlin/test_gpu_equivalence.py::e", gpu=True, skip_reason="needs a GPU"),
+                    _report("tests/ep_marlin/test_block_size_selection.py::f", skip_reason="no pin")],
+    }  # fmt: skip
+    assert _subject_checks(stats, trees, on_gpu=False) == (1, 1, "no pin")
+    assert _subject_checks(stats, trees, on_gpu=True) == (0, 1, "needs a GPU")
+
+
+def test_the_verdict_quotes_the_first_failing_case_and_words_the_advice_by_the_contract():
+    """Item 9: the line said 'read the first case below' where only case ids followed, and spoke of the
+    contract's rule when there was no contract."""
+    failed = ["tests/ep_marlin/test_block_size_selection.py::test_candidate_keeps_the_invariants_and_its_contract"
+              "[E8-ep4-topk2-default]"]  # fmt: skip
+    message = "AssertionError: 3 of 111 cases break the invariants:\nM=1 topk=2 E=8 G=32: block_size_m 7 is not one"
+    with_contract = verdict_line(failed, 10, "CPU tier", first_message=message, has_contract=True)
+    assert "first case: M=1 topk=2 E=8 G=32: block_size_m 7 is not one)" in with_contract
+    assert with_contract.endswith("fix the change, or the rule in its contract.py if the rule is wrong")
+    bare = verdict_line(failed, 10, "CPU tier", first_message=message, has_contract=False)
+    assert "contract.py if the rule" not in bare and "it has no contract" in bare
+    assert first_case("AssertionError: x\n" + "y" * 300).endswith("...") and first_case(None) == ""
+
+
+# Item 8: non-EP as vLLM calls it ---------------------------------------------------------------------------
+
+CALLERS = """
+def fused_marlin_moe(hidden, w1, global_num_experts=-1, expert_map=None):
+    pass
+
+class Experts:
+    def apply(self, w1, global_num_experts, expert_map):
+        return fused_marlin_moe(None, w1, global_num_experts=global_num_experts, expert_map=expert_map)
+
+def direct(w1):
+    return fused_marlin_moe(None, w1)
+
+def local(w1):
+    return fused_marlin_moe(None, w1, global_num_experts=w1.size(0))
+
+def odd(w1, n):
+    return fused_marlin_moe(None, w1, global_num_experts=n * 2)
+"""
+MODULAR = "def forward(global_num_experts=-1):\n    if global_num_experts == -1:\n        global_num_experts = 8\n"
+
+
+def _tree(tmp_path: Path, callers_text: str = CALLERS, modular: str = MODULAR) -> Path:
+    folder = tmp_path / "vllm" / "model_executor" / "layers" / "fused_moe"
+    folder.mkdir(parents=True)
+    (folder / "experts.py").write_text(callers_text)
+    (folder / "modular_kernel.py").write_text(modular)
+    return tmp_path
+
+
+def test_the_releases_call_sites_are_read_with_the_global_expert_count_they_pass(tmp_path):
+    sites = {s.line: s for s in callers.call_sites(_tree(tmp_path))}
+    assert {s.g_form for s in sites.values()} == {"passed through", "-1", "E", "unknown"}
+    assert sites[7].g_expression == "global_num_experts" and sites[7].expert_map == "expert_map"
+    assert sites[10].g_expression == "(default)" and sites[16].g_expression == "n * 2"
+    forms = callers.non_ep_forms(_tree(tmp_path / "t2"))
+    assert set(forms) == {"-1", "E", "unknown"}
+    assert any("from the modular kernel, which turns -1 into E" in s for s in forms["E"])
+    assert forms["unknown"] == ["vllm/model_executor/layers/fused_moe/experts.py:16 fused_marlin_moe("
+                                "global_num_experts=n * 2)"]  # fmt: skip
+
+
+def test_without_the_modular_kernels_conversion_a_passed_through_count_is_minus_one_only(tmp_path):
+    tree = _tree(tmp_path, CALLERS.split("def direct")[0], modular="def forward(g):\n    return g\n")
+    assert not callers.modular_kernel_makes_g_local(tree)
+    assert set(callers.non_ep_forms(tree)) == {"-1"}
+
+
+class _Runner:
+    """What check_outputs_agree reads of a case runner, on the CPU: the builds' outputs are given."""
+
+    def __init__(self, outputs: dict, *, non_ep: bool = True):
+        import torch
+
+        self.torch = torch
+        self.inputs = [None]
+        self.outputs = outputs
+        self.case = SimpleNamespace(id="qwen3/ep1-g128/tpr8/x/bf16", non_ep=non_ep, global_num_experts=128)
+
+    def call(self, module, inputs):
+        return self.outputs[module]
+
+    def valid_output(self, out, inputs):
+        return out
+
+
+def test_a_non_ep_output_that_differs_with_another_tile_is_a_non_ep_change_not_wrong_numbers():
+    """Item 'exit 12 says what happened': with the tiles apart, the outputs differ by rounding: a non-EP change,
+    a FAIL unless the contract declares it (then timed); with the same tile, different numbers are wrong."""
+    import torch
+
+    from ci.kernel import bench
+
+    a = torch.ones(4, 8)
+    b = a + 1e-4
+    runner = _Runner({"base": a, "candidate": b})
+    with pytest.raises(UndeclaredChangeError) as err:
+        bench.check_outputs_agree(runner, "base", "candidate", {"base": 8, "candidate": 16})
+    assert err.value.exit_code == ExitCode.FAILED
+    assert "a non-EP change: the candidate picks block_size_m 16 where the base picks 8" in str(err.value)
+    assert bench.check_outputs_agree(runner, "base", "candidate", {"base": 8, "candidate": 16},
+                                     non_ep_declared=True)["ok"]  # fmt: skip
+    with pytest.raises(WrongResultsError, match="with the same tile"):
+        bench.check_outputs_agree(runner, "base", "candidate", {"base": 8, "candidate": 8}, non_ep_declared=True)
+    same = _Runner({"base": a, "candidate": a.clone()})
+    assert bench.check_outputs_agree(same, "base", "candidate", {"base": 8, "candidate": 16})["identical"]
+    far = _Runner({"base": a, "candidate": a * 2})
+    with pytest.raises(WrongResultsError, match="candidate differs from base"):
+        bench.check_outputs_agree(far, "base", "candidate", {"base": 8, "candidate": 16}, non_ep_declared=True)
+
+
+def test_a_bench_whose_only_failures_are_undeclared_non_ep_changes_exits_fail(tmp_path):
+    from ci.kernel import bench
+
+    results = kernel_results()
+    results.settings.update(failed_cases={"a": "a non-EP change"}, undeclared_cases=["a"])
+    with pytest.raises(UndeclaredChangeError, match="changes the non-EP path, which its contract does not declare"):
+        bench.save_and_check(results, tmp_path / "k.json", "bench")
+    results.settings.update(failed_cases={"a": "x", "b": "NaN"}, undeclared_cases=["a"])
+    with pytest.raises(WrongResultsError):
+        bench.save_and_check(results, tmp_path / "k.json", "bench")
+
+
+# Item 5: baselines compare like with like -----------------------------------------------------------------
+
+KERNEL = X1 / "gpu-gate-5414fc0" / "real" / "kernel-results.json"
+
+
+def _stored(tmp_path: Path, edit) -> Path:
+    payload = json.loads((ROOT / "baselines" / "nvidia-h200-x1" / "default.json").read_text())
+    edit(payload)
+    folder = tmp_path / "b" / "nvidia-h200-x1"
+    folder.mkdir(parents=True)
+    (folder / "default.json").write_text(json.dumps(payload))
+    return tmp_path / "b"
+
+
+@pytest.mark.parametrize(("edit", "side", "says"), [
+    (lambda p: [c.update(unit="ms/call") for c in p["cases"]], "base", "is in 'us/call' in this run and in 'ms/call'"),
+    (lambda p: p["provenance"]["vllm"].update(version="0.26.0"), "base", "vLLM is '0.25.1' in this run and '0.26.0'"),
+    (lambda p: p["provenance"]["vllm"].update(patch_sha256="0" * 64), "candidate", "the candidate side's change is"),
+])  # fmt: skip
+def test_a_baseline_of_another_unit_release_or_change_is_a_data_error_naming_both(tmp_path, capsys, edit, side, says):
+    """Item 5: a baseline in ms against results in us PASSed; the vLLM version and the change were not compared."""
+    stored = _stored(tmp_path, edit)
+    args = ["--results", str(KERNEL), "--mode", "baseline", "--side", side, "--baseline-dir", str(stored),
+            "--out", str(tmp_path / "o")]  # fmt: skip
+    assert run_main(compare.main, args) == ExitCode.DATA == 7
+    err = capsys.readouterr().err
+    assert "not like with like" in err and says in err and err.count("\n") == 1
+
+
+def test_the_identity_of_an_aa_runs_candidate_is_the_base_build():
+    from ci.trees.provenance import side_identity
+
+    run = kernel_results()
+    run.provenance["vllm"] = {"version": "0.25.1", "patch_sha256": "ab" * 32, "patch": "p.patch"}
+    assert side_identity(run, "candidate") == {"vLLM": "0.25.1", "change": "p.patch (sha256 abababababab)"}
+    assert side_identity(run, "base") == {"vLLM": "0.25.1"}
+    run.settings.update(aa=True, inject_slowdown=0.035)
+    assert side_identity(run, "candidate")["change"] == "none: the base build (A/A run, slowed by 0.035)"
+
+
+def test_record_refuses_a_run_that_did_not_pass_unless_told_why(tmp_path, capsys):
+    """Item 5: `baselines record` stored the candidate of a FAIL run."""
+    failing = saved(make_results({"a": 1.10, "b": 1.0}), tmp_path / "fail.json")
+    with pytest.raises(UsageError, match="its A/B verdict is FAIL, not PASS") as err:
+        baselines.record(failing, tmp_path / "b")
+    assert "--reason" in str(err.value) and not (tmp_path / "b").exists()
+    path = baselines.record(failing, tmp_path / "b", reason="the new speed of the hardware we ship")
+    stored = json.loads(path.read_text())["settings"]["recorded_despite"]
+    assert stored == {"verdict": "FAIL", "reason": "the new speed of the hardware we ship"}
+    args = ["record", "--results", str(failing), "--dir", str(tmp_path / "c"), "--reason", "  "]
+    assert run_main(baselines.main, args) == ExitCode.USAGE
+    passing = saved(make_results({"a": 1.0}), tmp_path / "pass.json")
+    assert "recorded_despite" not in json.loads(baselines.record(passing, tmp_path / "d").read_text())["settings"]
+
+
+# Item 6: messages, not tracebacks ------------------------------------------------------------------------
+
+
+def test_a_missing_package_is_named_with_its_fix_not_blamed_on_the_gate(capsys):
+    """Item 6: a module this environment lacks ended in 'internal error: the gate itself failed' (exit 70)."""
+
+    def needs_it(argv):
+        import gate_absent_package_xyz  # noqa: F401
+
+    assert run_main(needs_it, []) == ExitCode.ENVIRONMENT == 9
+    err = capsys.readouterr().err
+    assert err.startswith("error: this environment has no module 'gate_absent_package_xyz'") and "nox -s" in err
+
+    def gate_bug(argv):
+        import ci.no_such_module  # noqa: F401
+
+    assert run_main(gate_bug, []) == ExitCode.INTERNAL  # a module of the gate itself: a bug, with its traceback
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_results_are_judged_and_rendered_before_anything_is_printed(tmp_path, capsys, monkeypatch):
+    """Item 6: the report printed PASS, then the plot crashed on a field of the wrong type."""
+    from ci.core import report
+
+    path = saved(make_results({"a": 1.0}), tmp_path / "r.json")
+    monkeypatch.setattr(report, "plot", lambda *a: 1 / 0)
+    assert run_main(compare.main, ["--results", str(path), "--out", str(tmp_path / "o")]) == ExitCode.INTERNAL
+    assert "PASS" not in capsys.readouterr().out
+
+
+def test_a_subjects_field_of_the_wrong_type_is_refused_when_the_file_is_read(tmp_path):
+    from ci.core.results import load_results
+
+    payload = json.loads(KERNEL.read_text())
+    payload["cases"][0]["info"]["block_size_m"] = [8, 16]  # the panel called .get on it
+    path = tmp_path / "kernel-results.json"
+    path.write_text(json.dumps(payload))
+    with pytest.raises(DataError, match=r"info.block_size_m should be an object with string keys, found \[8, 16\]"):
+        load_results(path)
+
+
+# Item 9: the CLI --------------------------------------------------------------------------------------------
+
+
+def test_no_option_is_taken_by_an_abbreviation():
+    from ci.trees.sessionargs import SOURCE_OPTIONS, parse_session_args
+
+    args = parse_session_args(["--contrac", "none", "--vllm-sr", "x"])
+    assert args.build_argv == ("--vllm", "0.25.1") and args.rest == ("--contrac", "none", "--vllm-sr", "x")
+    assert {"--patch", "--change", "--contract", "--out", "--vllm-src"} <= set(SOURCE_OPTIONS)
+    from ci.core import compare as compare_cli
+
+    with pytest.raises(SystemExit):
+        compare_cli.main(["--result", "x.json"])
+
+
+def _nox(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+    cmd = [sys.executable, "-m", "nox", "--no-venv", "-f", str(ROOT / "noxfile.py"), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180, check=False, cwd=cwd)
+
+
+def test_an_unknown_or_abbreviated_option_is_refused_before_anything_builds(tmp_path):
+    """Item 9: `--pach` built the default change before pytest refused it; `--contrac` was taken for --contract."""
+    trees = ROOT / ".gate" / "trees" / "check"
+    before = trees.stat().st_mtime if trees.exists() else None
+    for typo, hint in (("--pach", "did you mean --patch"), ("--contrac", "did you mean --contract")):
+        done = _nox("-s", "check", "--", typo, "x")
+        assert done.returncode == ExitCode.USAGE, done.stdout + done.stderr
+        assert f"unknown option {typo} ({hint}" in done.stderr and "nothing was built" in done.stderr
+    assert (trees.stat().st_mtime if trees.exists() else None) == before
+
+
+def test_every_sessions_description_is_a_whole_sentence():
+    """Item 9: `nox -l` shows a docstring's first line, and three were cut mid-sentence."""
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    sessions = [f for f in tree.body if isinstance(f, ast.FunctionDef)
+                and any("session" in ast.unparse(d) for d in f.decorator_list)]  # fmt: skip
+    assert len(sessions) >= 20
+    for f in sessions:
+        first = ast.get_docstring(f).split("\n", 1)[0]
+        assert first.endswith((".", ")")) and len(first) <= 120, f"{f.name}: {first!r}"
+    listing = _nox("-l").stdout
+    assert "mutation -> Mutation testing of the verdict logic (mutmut): fails on a survivor" in listing
+
+
+def test_clean_lists_and_removes_noxs_environments_only_when_asked(tmp_path, capsys):
+    """Item 9: `nox -s clean` left .nox (2.8 GB after a day)."""
+    from ci.trees import clean
+
+    nox_root = tmp_path / ".nox"
+    (nox_root / "tests" / "bin").mkdir(parents=True)
+    (nox_root / "tests" / "pyvenv.cfg").write_text("home = /usr\n")
+    (nox_root / "mine").mkdir()  # no pyvenv.cfg: not nox's
+    (nox_root / "CACHEDIR.TAG").write_text("x")
+    gate = tmp_path / ".gate"
+    (gate / "trees" / "t").mkdir(parents=True)
+    (gate / "trees" / "t" / ".gate-trees").write_text("")
+    args = ["--root", str(gate), "--nox-root", str(nox_root)]
+    assert run_main(clean.main, args) == 0
+    out = capsys.readouterr().out
+    assert "nox/tests" in out and "a nox session's virtual environment" in out and "-- --nox" in out
+    assert run_main(clean.main, [*args, "--all"]) == 0
+    assert (nox_root / "tests").exists() and not (gate / "trees" / "t").exists()
+    assert run_main(clean.main, [*args, "--nox"]) == 0
+    assert not (nox_root / "tests").exists() and (nox_root / "mine").exists()
+    assert run_main(clean.main, [*args, "nox/mine"]) == ExitCode.USAGE
+
+
+def test_gpu_gate_reads_the_changed_lines_its_gpu_suite_never_ran(tmp_path):
+    from ci.runner import gpu_gate
+
+    summary = tmp_path / "s.json"
+    summary.write_text(json.dumps({"outcomes": {"passed": 3}, "changed_lines": {"unexecuted": ["vllm/x.py:3"]}}))
+    assert gpu_gate.lines_not_run(summary) == ["vllm/x.py:3"]
+    summary.write_text(json.dumps({"outcomes": {"passed": 3, "failed": 1}, "changed_lines": {"unexecuted": ["a"]}}))
+    assert gpu_gate.lines_not_run(summary) == []
+    summary.write_text("[" * 100000)
+    assert gpu_gate.lines_not_run(summary) == []
+    assert gpu_gate.lines_not_run(tmp_path / "none.json") == []

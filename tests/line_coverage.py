@@ -47,6 +47,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def flush() -> None:
     """Save this process's data now (a worker about to leave with ``os._exit``)."""
     global _cov
+    if _cov is None:
+        return  # nothing measured in this process (no trees, or already saved)
     from ci.trees import changed_lines
 
     changed_lines.stop(_cov)

@@ -192,7 +192,7 @@ def _not_testable(change: FileChange) -> str | None:
 
 
 def candidate_modules(changes: list[FileChange] | tuple[FileChange, ...], candidate: Path, *, source: str,
-                      entry: str = ENTRY_MODULE) -> list[str]:  # fmt: skip
+                      entry: str = ENTRY_MODULE, explain: bool = True) -> list[str]:  # fmt: skip
     """The modules to load from the candidate tree (every changed module, then the entry module), or one
     :class:`PatchError` naming each changed file the in-process tiers could not test, and why."""
     problems, names = [], []
@@ -209,7 +209,7 @@ def candidate_modules(changes: list[FileChange] | tuple[FileChange, ...], candid
             bound.add(nxt)
             queue.append(nxt)
     for name in sorted(set(names) - bound):
-        how = _why_not_run(candidate, entry, name)
+        how = _why_not_run(candidate, entry, name) if explain else f"is not reached from {entry}"
         problems.append(f"{name.replace('.', '/')}.py {how}, so the candidate would never run it")
     if problems:
         raise PatchError(
@@ -389,13 +389,13 @@ def choose_entry(changes, candidate: Path, *, source: str, declared: str | None 
     if declared:
         candidate_modules(changes, candidate, source=source, entry=declared)
         return declared
-    for entry in ENTRY_MODULES[1:]:
+    for entry in ENTRY_MODULES[1:]:  # probes: their refusals are not shown, so not explained (a search each)
         try:
-            candidate_modules(changes, candidate, source=source, entry=entry)
+            candidate_modules(changes, candidate, source=source, entry=entry, explain=False)
         except PatchError:
             continue
         try:
-            candidate_modules(changes, candidate, source=source, entry=ENTRY_MODULE)
+            candidate_modules(changes, candidate, source=source, entry=ENTRY_MODULE, explain=False)
         except PatchError:
             return entry
     candidate_modules(changes, candidate, source=source, entry=ENTRY_MODULE)

@@ -12,6 +12,7 @@ import importlib.util
 import py_compile
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,7 @@ def _toy_package(root: Path, name: str, source: str, compiled_from: str) -> Path
 
 def test_the_candidate_is_compiled_from_its_source_whatever_bytecode_lies_beside_it(tmp_path, monkeypatch):
     """A cache beside a candidate module (a patch's, or one dropped there after the build) is never what runs."""
-    name = f"gatetoy_{tmp_path.name.replace('-', '_')}"
+    name = f"gatetoy_{uuid.uuid4().hex}"  # unique per call: mutmut runs the tests in one process more than once
     pkg = _toy_package(tmp_path, name, "WHO = 'source'\n", compiled_from="WHO = 'bytecode'\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.import_module(name)
@@ -95,7 +96,7 @@ def test_the_candidate_is_compiled_from_its_source_whatever_bytecode_lies_beside
 def test_the_base_tree_is_imported_from_source_and_caches_outside_it(tmp_path, monkeypatch):
     """The base tree's path hook: a foreign cache in the tree is ignored, and nothing is written into the tree
     (its bytecode goes to the gate's folder beside the trees), so the trees stay as the build left them."""
-    name = f"gatebase_{tmp_path.name.replace('-', '_')}"
+    name = f"gatebase_{uuid.uuid4().hex}"
     tree = tmp_path / "base"
     _toy_package(tree, name, "WHO = 'source'\n", compiled_from="WHO = 'bytecode'\n")
     (tree / name / "other.py").write_text("X = 1\n")

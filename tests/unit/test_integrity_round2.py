@@ -137,7 +137,7 @@ class _Runner:
     """What check_outputs_agree reads of a case runner, on the CPU: the builds' outputs are given."""
 
     def __init__(self, outputs: dict, *, non_ep: bool = True):
-        torch = pytest.importorskip("torch")
+        import torch  # its one test has skipped already where torch is absent
 
         self.torch = torch
         self.inputs = [None]

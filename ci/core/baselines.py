@@ -97,7 +97,7 @@ def comparable_problems(results: BenchResults, stored: BenchResults, side: str) 
 
 
 def check_comparable(results: BenchResults, stored: BenchResults, side: str, path: Path | str,
-                     results_path: Path | str = "RESULTS") -> None:  # fmt: skip
+                     results_path: Path | str) -> None:  # fmt: skip
     """A :class:`DataError` (exit 7) naming both values when the baseline is not the same thing measured."""
     problems = comparable_problems(results, stored, side)
     if problems:

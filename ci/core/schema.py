@@ -116,7 +116,6 @@ def check_case(path: Any, case_id: str, fields: dict[str, Any], schema: dict[str
     """A :class:`DataError` for the first field of a case (``fields``: its ``info`` and ``extra``) that is not
     what ``schema`` says."""
     for part, spec in schema.items():
-        found = problem(fields.get(part, {}), {k: Opt(v) if not isinstance(v, Opt) else v for k, v in spec.items()},
-                        part)  # fmt: skip
+        found = problem(fields.get(part, {}), {k: Opt(v) for k, v in spec.items()}, part)  # Opt(Opt(x)) is Opt(x)
         if found:
             raise DataError(f"{path}: case {case_id!r}: {found}; re-create the file with the stage that writes it")

@@ -46,8 +46,7 @@ def _form(node: ast.expr | None, params: set[str]) -> str:
         if node.id in LOCAL_NAMES:
             return LOCAL
         return PASSED_THROUGH if node.id in params else UNKNOWN
-    text = ast.unparse(node).replace(" ", "")
-    if text.endswith((".size(0)", ".shape[0]")):  # w1.size(0): the local expert count
+    if ast.unparse(node).endswith((".size(0)", ".shape[0]")):  # w1.size(0): the local expert count
         return LOCAL
     return UNKNOWN
 
@@ -79,7 +78,7 @@ def call_sites(tree: Path) -> list[CallSite]:
         if not any(name.encode() in text for name in ENTRY_POINTS):  # no call can be in it
             continue
         try:
-            parsed = ast.parse(text, str(path))
+            parsed = ast.parse(text)  # a file that does not parse is skipped: its name is in no message
         except (SyntaxError, ValueError, MemoryError, RecursionError):
             continue
         for call, params in _calls(parsed):
@@ -105,7 +104,7 @@ def modular_kernel_makes_g_local(tree: Path) -> bool:
     -1 (``if global_num_experts == -1: global_num_experts = <local>``) before calling the experts."""
     path = tree / "vllm" / "model_executor" / "layers" / "fused_moe" / "modular_kernel.py"
     try:
-        parsed = ast.parse(path.read_bytes(), str(path))
+        parsed = ast.parse(path.read_bytes())
     except (OSError, SyntaxError, ValueError, MemoryError, RecursionError):
         return False
     for node in ast.walk(parsed):

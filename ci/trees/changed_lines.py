@@ -114,7 +114,7 @@ def start(trees: Trees, folder: Path):
     folder.mkdir(parents=True, exist_ok=True)
     cov = coverage.Coverage(data_file=str(folder / ".coverage"), data_suffix=True, include=files, branch=False,
                             config_file=False)  # fmt: skip
-    cov.set_option("run:disable_warnings", ["no-data-collected", "module-not-measured"])
+    cov.set_option("run:disable_warnings", ["no-data-collected"])  # a process that ran none of them: no noise
     if sys.version_info >= (3, 12):  # sys.monitoring: the code outside the changed files runs at full speed
         with contextlib.suppress(Exception):  # a coverage.py older than 7.4 has no such option: its tracer, slower
             cov.set_option("run:core", "sysmon")
@@ -130,7 +130,7 @@ def stop(cov) -> None:
 
 def summarize(trees: Trees, folder: Path) -> LineReport:
     """Combine the data of every process of a run (``folder``) and name the change's statements none ran."""
-    wanted = changed_statements(trees) if changed_python_files(trees) else {}
+    wanted = changed_statements(trees)
     total = sum(len(v) for v in wanted.values())
     if total == 0:
         return LineReport(measured=True)
@@ -140,7 +140,7 @@ def summarize(trees: Trees, folder: Path) -> LineReport:
         return LineReport(measured=False, statements=total, why_not_measured=(
             f"coverage.py is not installed, so no changed line was measured: install it ({COVERAGE_PIN}, "
             "requirements/test.txt), or run the tier through its nox session"))  # fmt: skip
-    data_files = sorted(folder.glob(".coverage*")) if folder.is_dir() else []
+    data_files = sorted(folder.glob(".coverage*"))  # none where the folder is not there
     if not data_files:
         return LineReport(measured=False, statements=total,
                           why_not_measured="no test process recorded coverage data (did any test run?)")  # fmt: skip

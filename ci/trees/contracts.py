@@ -152,7 +152,8 @@ def _check_node(node: ast.AST, tree: ast.Module, path: Path) -> None:
         raise _refuse(path, node, "an import inside a function")
     if isinstance(node, ast.FunctionDef) and getattr(node, "type_params", None):
         raise _refuse(path, node, "type parameters")
-    name = getattr(node, IDENTIFIER_FIELDS.get(type(node), ""), None)
+    field = IDENTIFIER_FIELDS.get(type(node))
+    name = getattr(node, field) if field else None  # each of those node types has its field
     if isinstance(name, str) and name.startswith("__"):
         raise _refuse(path, node, f"the name {name}")
     if isinstance(node, ast.Attribute):

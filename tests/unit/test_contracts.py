@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
@@ -121,7 +122,11 @@ def test_an_entry_module_must_be_one_of_the_subjects_entries(tmp_path, entry):
     PASS with every test skipped; it is a usage error naming the entries the gate has tests for."""
     with pytest.raises(UsageError, match="ENTRY_MODULE must be the entry module of one of the gate's subjects") as e:
         contracts.load_contract(_write(tmp_path, GOOD + f"ENTRY_MODULE = {entry!r}\n"))
-    assert e.value.exit_code == 2 and all(m in str(e.value) for m in contracts.ENTRY_MODULES)
+    assert e.value.exit_code == 2 and str(e.value) == (
+        f"{tmp_path / 'contract.py'}: ENTRY_MODULE must be the entry module of one of the gate's subjects "
+        f"(vllm.model_executor.layers.fused_moe.experts.marlin_moe, vllm.model_executor.layers.fused_moe.fused_moe), "
+        f"found {entry!r}: the gate has tests for those only"
+    )
     for known in contracts.ENTRY_MODULES:
         assert contracts.load_contract(_write(tmp_path, GOOD + f"ENTRY_MODULE = {known!r}\n")).entry_module == known
 
@@ -306,3 +311,21 @@ def test_a_contract_that_is_not_python_or_not_utf8_is_named(tmp_path):
     with pytest.raises(contracts.ContractError) as err:
         contracts.load_contract(path)
     assert str(err.value).startswith(f"{path}: not UTF-8 text (")
+
+
+def test_a_contract_of_the_largest_size_is_read_and_one_byte_more_is_refused(tmp_path):
+    limit = contracts.MAX_SOURCE_BYTES
+    top = GOOD + "# " + "x" * (limit - len(GOOD.encode()) - 3) + "\n"
+    assert len(top.encode()) == limit
+    contracts.check_source(top, tmp_path / "c.py")
+    with pytest.raises(UsageError) as err:
+        contracts.check_source(top + "\n", tmp_path / "c.py")
+    assert str(err.value) == (f"{tmp_path / 'c.py'}: 65,537 bytes; a contract is at most 65,536 (NAME = value lines "
+                              "and a few rule functions)")  # fmt: skip
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="type parameters (`def f[T]()`) parse from Python 3.12 on")
+def test_a_rule_with_type_parameters_is_refused(tmp_path):
+    with pytest.raises(UsageError) as err:
+        contracts.check_source("def rule[T](x):\n    return x\n", tmp_path / "c.py")
+    assert f"{tmp_path / 'c.py'}, line 1: type parameters. A contract holds only NAME = value lines" in str(err.value)

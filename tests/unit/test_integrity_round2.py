@@ -17,6 +17,7 @@ import pytest
 from ci.core import baselines, compare
 from ci.core.cli import run_main
 from ci.core.errors import DataError, ExitCode, UndeclaredChangeError, UsageError, WrongResultsError
+from ci.core.results import load_results
 from ci.kernel import callers
 from ci.trees.changed_lines import LineReport
 from tests.unit.factories import kernel_results, make_results, saved
@@ -215,6 +216,33 @@ def test_a_baseline_of_another_unit_release_or_change_is_a_data_error_naming_bot
     assert run_main(compare.main, args) == ExitCode.DATA == 7
     err = capsys.readouterr().err
     assert "not like with like" in err and says in err and err.count("\n") == 1
+    other = {"base": "candidate", "candidate": "base"}[side]
+    assert f"(or the other side, --side {other}, where that one matches)" in err
+
+
+def test_not_like_with_like_names_both_files_both_values_the_other_side_and_the_record_command(tmp_path, capsys):
+    def edit(payload):
+        [payload["provenance"]["vllm"].pop(k) for k in ("patch_sha256", "patch")]
+        [c.update(unit="ms/call") for c in payload["cases"]]
+
+    stored = _stored(tmp_path, edit)
+    args = ["--results", str(KERNEL), "--mode", "baseline", "--side", "candidate", "--baseline-dir", str(stored),
+            "--out", str(tmp_path / "o")]  # fmt: skip
+    assert run_main(compare.main, args) == ExitCode.DATA
+    change = "ci/changes/marlin-ep-m-estimate/change.patch (sha256 dff18ea26166)"
+    assert capsys.readouterr().err.strip() == (
+        f"error: {KERNEL} against {stored / 'nvidia-h200-x1' / 'default.json'}: not like with like: case "
+        f"{load_results(KERNEL).cases[0].id} is in 'us/call' in this run and in 'ms/call' in the baseline; the "
+        f"candidate side's change is {change!r} in this run and 'not recorded' in the baseline. Compare a run of "
+        "the same release and change (or the other side, --side base, where that one matches), or record a "
+        f"baseline of this one: nox -s update_baselines -- --results {KERNEL}"
+    )
+    # the other way round: the value this run lacks
+    mine = load_results(stored / "nvidia-h200-x1" / "default.json")
+    assert baselines.comparable_problems(mine, load_results(KERNEL), "candidate") == [
+        f"case {mine.cases[0].id} is in 'ms/call' in this run and in 'us/call' in the baseline",
+        f"the candidate side's change is 'not recorded' in this run and {change!r} in the baseline",
+    ]
 
 
 def test_the_identity_of_an_aa_runs_candidate_is_the_base_build():
@@ -233,12 +261,22 @@ def test_record_refuses_a_run_that_did_not_pass_unless_told_why(tmp_path, capsys
     failing = saved(make_results({"a": 1.10, "b": 1.0}), tmp_path / "fail.json")
     with pytest.raises(UsageError, match="its A/B verdict is FAIL, not PASS") as err:
         baselines.record(failing, tmp_path / "b")
-    assert "--reason" in str(err.value) and not (tmp_path / "b").exists()
+    assert str(err.value) == (
+        f"{failing}: its A/B verdict is FAIL, not PASS: a baseline is what later runs must not be slower than, and "
+        "this candidate is no such build. Record a run that PASSes, or give the reason this one should be the "
+        "baseline anyway: --reason '...' (it is stored in the baseline)")  # fmt: skip
+    assert not (tmp_path / "b").exists()
     path = baselines.record(failing, tmp_path / "b", reason="the new speed of the hardware we ship")
     stored = json.loads(path.read_text())["settings"]["recorded_despite"]
     assert stored == {"verdict": "FAIL", "reason": "the new speed of the hardware we ship"}
     args = ["record", "--results", str(failing), "--dir", str(tmp_path / "c"), "--reason", "  "]
     assert run_main(baselines.main, args) == ExitCode.USAGE
+    assert run_main(baselines.main, [*args[:-1], "told"]) == ExitCode.OK  # the command line's reason, stored
+    told = json.loads((tmp_path / "c" / "nvidia-h200-x1" / "unit.json").read_text())["settings"]
+    assert told["recorded_despite"] == {"verdict": "FAIL", "reason": "told"}
+    with pytest.raises(SystemExit) as usage:  # no abbreviation taken for --reason: argparse's exit 2, nothing stored
+        baselines.main(["record", "--results", str(failing), "--dir", str(tmp_path / "e"), "--reaso", "told"])
+    assert usage.value.code == ExitCode.USAGE and not (tmp_path / "e").exists()
     passing = saved(make_results({"a": 1.0}), tmp_path / "pass.json")
     assert "recorded_despite" not in json.loads(baselines.record(passing, tmp_path / "d").read_text())["settings"]
 
@@ -363,3 +401,85 @@ def test_gpu_gate_reads_the_changed_lines_its_gpu_suite_never_ran(tmp_path):
     summary.write_text("[" * 100000)
     assert gpu_gate.lines_not_run(summary) == []
     assert gpu_gate.lines_not_run(tmp_path / "none.json") == []
+
+
+MORE_CALLERS = """
+import ops
+
+G = 4
+
+def batched(w1):
+    return batched_fused_marlin_moe(None, w1, global_num_experts=-1)
+
+def through_a_module(w1, global_num_experts):
+    return ops.fused_marlin_moe(None, w1, global_num_experts=global_num_experts)
+
+def from_a_table(w1):
+    return table[0](None, w1)
+
+def explicit(w1):
+    return fused_marlin_moe(None, w1, global_num_experts=-1)
+
+def minus_two(w1):
+    return fused_marlin_moe(None, w1, global_num_experts=-2)
+
+def a_global(w1):
+    return fused_marlin_moe(None, w1, global_num_experts=G)
+
+def shape(w1):
+    return fused_marlin_moe(None, w1, global_num_experts=w1.shape[0])
+
+def positional(a, w1, E):
+    return fused_marlin_moe(a, w1, 2, 3, 4, 5, 6, 7, 8, 9, 10, E)
+
+def eleven_positional(a, w1):
+    return fused_marlin_moe(a, w1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+
+def batched_last(w1):
+    return batched_fused_marlin_moe(None, w1)
+"""
+
+
+def test_every_form_of_call_site_is_read_whatever_files_come_before_it(tmp_path):
+    """A file without the names and one that does not parse come first (sorted); a batched call, a call through a
+    module and a call of something else are in the file; -1 written out, -2, a global, ``.shape[0]`` and the
+    count passed by position (its 12th argument) are each read as what they are."""
+    tree = _tree(tmp_path, MORE_CALLERS)
+    (tree / "vllm" / "a_first.py").write_text("x = 1\n")
+    (tree / "vllm" / "b_broken.py").write_text("fused_marlin_moe(\n")
+    sites = [(s.line, s.callee, s.g_expression, s.g_form, s.expert_map) for s in callers.call_sites(tree)]
+    assert sorted(sites) == [
+        (7, "batched_fused_marlin_moe", "-1", "-1", "(default)"),
+        (10, "fused_marlin_moe", "global_num_experts", "passed through", "(default)"),
+        (16, "fused_marlin_moe", "-1", "-1", "(default)"),
+        (19, "fused_marlin_moe", "-2", "unknown", "(default)"),
+        (22, "fused_marlin_moe", "G", "unknown", "(default)"),
+        (25, "fused_marlin_moe", "w1.shape[0]", "E", "(default)"),
+        (28, "fused_marlin_moe", "E", "E", "(default)"),
+        (31, "fused_marlin_moe", "(default)", "-1", "(default)"),
+        (34, "batched_fused_marlin_moe", "(default)", "-1", "(default)"),
+    ]  # fmt: skip
+    forms = callers.non_ep_forms(tree)  # a batched site, the walk's first, is skipped, not the end of it
+    where = "vllm/model_executor/layers/fused_moe/experts.py"
+    assert sorted(forms["-1"]) == sorted([f"{where}:10 fused_marlin_moe(global_num_experts=global_num_experts)",
+                                          f"{where}:16 fused_marlin_moe(global_num_experts=-1)",
+                                          f"{where}:31 fused_marlin_moe(global_num_experts=(default))"])  # fmt: skip
+
+
+def test_a_passed_through_count_alone_is_e_through_the_modular_kernel(tmp_path):
+    forms = callers.non_ep_forms(_tree(tmp_path, CALLERS.split("def direct")[0]))
+    where = "vllm/model_executor/layers/fused_moe/experts.py:7 fused_marlin_moe(global_num_experts=global_num_experts)"
+    assert forms == {"-1": [where], "E": [f"{where} from the modular kernel, which turns -1 into E"]}
+
+
+@pytest.mark.parametrize(("modular", "local"), [
+    (None, False),  # no modular_kernel.py: no conversion
+    ("if x == 2:\n    pass\nif global_num_experts == -1:\n    log()\n    global_num_experts = 8\n", True),
+    ("if global_num_experts == -1:\n    other = 8\n", False),  # another name set: no conversion
+    ("if global_num_experts == -1 or x:\n    global_num_experts = 8\n", False),
+])  # fmt: skip
+def test_the_modular_kernels_conversion_is_the_if_that_sets_the_count(tmp_path, modular, local):
+    tree = _tree(tmp_path, modular=modular or "")
+    if modular is None:
+        (tree / "vllm" / "model_executor" / "layers" / "fused_moe" / "modular_kernel.py").unlink()
+    assert callers.modular_kernel_makes_g_local(tree) is local

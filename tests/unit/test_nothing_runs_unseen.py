@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import py_compile
 import subprocess
 import sys
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
 
 from ci.core.errors import DataError, PatchError
-from ci.trees import build, changed_lines, variants
+from ci.trees import build, changed_lines, treediff, variants
+from ci.trees.manifest import TreeManifest, Trees
 from tests.unit.factories import AFTER, BEFORE, ENTRY, MOD, diff, make_release
 
 TRITON_ENTRY = variants.ENTRY_MODULES[1].replace(".", "/") + ".py"
@@ -270,3 +273,137 @@ def test_coverage_started_by_the_gate_measures_the_candidates_changed_file(tmp_p
         changed_lines.stop(cov)
     report = changed_lines.summarize(trees, tmp_path / "run")
     assert report.complete and report.statements == 1
+
+
+# The change's lines on trees made here: what each part of ci.trees.changed_lines must do -----------------------
+
+
+def _toy_trees(tmp_path: Path, files: dict[str, tuple[bytes | None, bytes | None]], others=()) -> Trees:
+    """Two trees holding ``files`` (relative path: (base bytes, candidate bytes); None: not in that tree), and a
+    manifest that lists them as changed (``others``: more changed paths, FileChange(path, what))."""
+    changes = []
+    for rel, (old, new) in files.items():
+        for side, data in (("base", old), ("candidate", new)):
+            if data is not None:
+                (tmp_path / side / rel).parent.mkdir(parents=True, exist_ok=True)
+                (tmp_path / side / rel).write_bytes(data)
+        what = treediff.ADDED if old is None else treediff.REMOVED if new is None else treediff.MODIFIED
+        changes.append(treediff.FileChange(path=rel, sha256_before=None, sha256_after=None, what=what))
+    changes += [treediff.FileChange(path=p, sha256_before=None, sha256_after=None, what=w) for p, w in others]
+    m = TreeManifest(vllm_version="0.0.0", vllm_source="toy", patch_path="p", patch_sha256="0", reverse=False,
+                     base="base", candidate="candidate", changed_files=tuple(changes))  # fmt: skip
+    base, candidate = tmp_path / "base", tmp_path / "candidate"
+    return Trees(manifest_path=tmp_path / "m.json", manifest=m, base=base, candidate=candidate)
+
+
+def test_only_added_and_modified_python_files_are_the_changes_code(tmp_path):
+    trees = _toy_trees(tmp_path, {"a.py": (b"x = 1\n", b"x = 2\n"), "gone.py": (b"y = 1\n", None),
+                                  "new.py": (None, b"z = 1\n")},
+                       others=[("README.md", treediff.MODIFIED), ("tool.py", treediff.MODE)])  # fmt: skip
+    assert changed_lines.changed_python_files(trees) == ["a.py", "new.py"]
+    assert changed_lines.changed_statements(trees) == {"a.py": [1], "new.py": [1]}  # an added file: every line
+
+
+def test_a_long_file_of_repeated_lines_has_only_its_edited_line_changed():
+    """difflib's autojunk would call the 300 lines after a one-line edit in a file of repeats changed."""
+    base = ["x = 1"] * 300 + ["y = 2"] + ["x = 1"] * 300
+    new = [*base[:300], "y = 3", *base[301:]]
+    assert changed_lines.changed_line_numbers("\n".join(base), "\n".join(new)) == [301]
+
+
+def test_a_file_that_does_not_parse_is_skipped_and_the_next_one_still_read(tmp_path):
+    trees = _toy_trees(tmp_path, {"a.py": (b"x = 1\n", b"x = (\n"), "b.py": (b"x = 1\n", b"x = 3\n")})
+    assert changed_lines.changed_statements(trees) == {"b.py": [1]}
+
+
+LATIN = b"# caf\xe9, not UTF-8\nx = 1\n"  # an undecodable byte in a comment
+
+
+def test_an_undecodable_byte_in_either_tree_is_read_as_a_replacement(tmp_path):
+    trees = _toy_trees(tmp_path, {"a.py": (LATIN, LATIN + b"y = 2\n")})
+    assert changed_lines.changed_statements(trees) == {"a.py": [3]}
+    _record_lines(trees, tmp_path / "run", {"a.py": [2]})
+    report = changed_lines.summarize(trees, tmp_path / "run")
+    assert report.unexecuted == ["a.py:3"]
+
+
+def _record_lines(trees, folder: Path, lines: dict[str, list[int]]) -> None:
+    from coverage import CoverageData
+
+    folder.mkdir(parents=True, exist_ok=True)
+    data = CoverageData(basename=str(folder / ".coverage.one"))
+    data.add_lines({str((trees.candidate / rel).resolve()): n for rel, n in lines.items()})
+    data.write()
+
+
+def test_every_file_a_run_never_entered_has_all_its_changed_statements_named(tmp_path):
+    trees = _toy_trees(tmp_path, {"a.py": (b"x = 1\n", b"x = 2\ny = 3\n"), "b.py": (b"", b"z = 1\nw = 2\n"),
+                                  "c.py": (b"", b"v = 1\n")})  # fmt: skip
+    _record_lines(trees, tmp_path / "run", {"a.py": [1], "c.py": [1]})  # b.py never ran
+    report = changed_lines.summarize(trees, tmp_path / "run")
+    assert report == changed_lines.LineReport(measured=True, statements=5, executed=2,
+                                              unexecuted=["a.py:2", "b.py:1", "b.py:2"])  # fmt: skip
+
+
+def test_an_unmeasured_run_keeps_the_count_and_says_why(tmp_path, monkeypatch):
+    trees = _toy_trees(tmp_path, {"a.py": (b"x = 1\n", b"x = 2\ny = 3\n")})
+    assert changed_lines.summarize(trees, tmp_path / "absent") == changed_lines.LineReport(
+        measured=False, statements=2, why_not_measured="no test process recorded coverage data (did any test run?)"
+    )
+    monkeypatch.setitem(sys.modules, "coverage", None)
+    assert changed_lines.summarize(trees, tmp_path / "absent") == changed_lines.LineReport(
+        measured=False, statements=2, why_not_measured=(
+            "coverage.py is not installed, so no changed line was measured: install it (coverage==7.17.5, "
+            "requirements/test.txt), or run the tier through its nox session"))  # fmt: skip
+
+
+def _run_toy(trees, folder: Path, rel: str = "a.py"):
+    cov = changed_lines.start(trees, folder)
+    try:
+        spec = importlib.util.spec_from_file_location(f"toy_{uuid.uuid4().hex}", trees.candidate / rel)
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        exec(compile("sum(range(3))", str(folder / "other.py"), "exec"), {})  # code outside the changed files
+    finally:
+        changed_lines.stop(cov)
+
+
+def test_each_process_keeps_its_own_line_data_of_the_changed_files_only(tmp_path, monkeypatch):
+    """Each xdist worker writes a data file of its own (a suffix), of the changed files only, lines not arcs; a
+    .coveragerc where the tests run changes nothing; the folder and its parents are made, or reused."""
+    from coverage import CoverageData
+
+    trees = _toy_trees(tmp_path, {"a.py": (b"x = 1\n", b"x = 2\nif x:\n    y = 3\n")})
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".coveragerc").write_text("[run]\nomit = */a.py\nbranch = True\n")
+    folder = tmp_path / "deep" / "run"
+    _run_toy(trees, folder)
+    _run_toy(trees, folder)  # a second process, the same folder
+    files = sorted(folder.glob(".coverage*"))
+    assert len(files) == 2 and all(f.name.startswith(".coverage.") for f in files)
+    data = CoverageData(basename=str(files[0]))
+    data.read()
+    assert data.measured_files() == {os.path.realpath(trees.candidate / "a.py")} and not data.has_arcs()
+    assert changed_lines.summarize(trees, folder).complete
+
+
+def test_a_process_that_ran_none_of_the_changed_files_warns_nothing(tmp_path):
+    trees = _toy_trees(tmp_path, {"a.py": (b"x = 1\n", b"x = 2\n")})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        changed_lines.stop(changed_lines.start(trees, tmp_path / "run"))
+    assert [str(w.message) for w in caught] == []
+
+
+def test_the_unrun_lines_are_shown_eight_at_most_and_the_report_is_written_as_json(tmp_path):
+    lines = [f"a.py:{n}" for n in range(1, 11)]
+    assert changed_lines.shown(lines) == ", ".join(lines[:8]) + " and 2 more"
+    assert changed_lines.shown(lines[:8]) == ", ".join(lines[:8])
+    assert changed_lines.shown(lines[:9], limit=9) == ", ".join(lines[:9])
+    report = changed_lines.LineReport(measured=True, statements=3, executed=2, unexecuted=["a.py:3"])
+    assert report.to_json() == {"measured": True, "statements": 3, "executed": 2, "unexecuted": ["a.py:3"],
+                                "why_not_measured": ""}  # fmt: skip
+    changed_lines.write(report, tmp_path / "lines.json")
+    assert (tmp_path / "lines.json").read_text() == (
+        '{\n "measured": true,\n "statements": 3,\n "executed": 2,\n "unexecuted": [\n  "a.py:3"\n ],\n'
+        ' "why_not_measured": ""\n}\n'
+    )

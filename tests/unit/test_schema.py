@@ -65,3 +65,31 @@ def test_a_case_names_the_file_the_case_and_the_field_and_absent_fields_are_fine
                               "re-create the file with the stage that writes it")  # fmt: skip
     with pytest.raises(DataError, match=r"case .c.: info\.block_size_m"):
         s.check_case("f.json", "c", {"info": {"block_size_m": 8}}, schema)
+
+
+def test_a_value_of_81_characters_is_shortened_and_one_of_80_is_not():
+    assert s.problem("y" * 79, s.INTEGER, "f") == "f should be an integer, found '" + "y" * 76 + "..."
+    assert s.problem("y" * 78, s.INTEGER, "f") == "f should be an integer, found '" + "y" * 78 + "'"
+
+
+def test_one_of_names_each_option_and_an_optional_one_as_or_null():
+    assert s.problem(5, s.OneOf((s.Opt(s.STRING), s.ListOf(s.INTEGER))), "f") == (
+        "f should be a string or null or a list of an integer, found 5"
+    )
+
+
+def test_a_missing_optional_field_does_not_stop_the_check_of_the_next():
+    assert s.problem({"b": 5}, {"a": s.Opt(s.STRING), "b": s.STRING}, "x") == "x.b should be a string, found 5"
+
+
+def test_a_results_file_with_a_malformed_case_is_refused_naming_the_file_and_the_case(tmp_path):
+    from ci.core.results import load_results
+    from tests.unit.factories import kernel_results, saved
+
+    results = kernel_results()
+    results.cases[0].info["block_size_m"] = 8
+    path = saved(results, tmp_path / "k.json")
+    with pytest.raises(DataError) as err:
+        load_results(path)
+    assert str(err.value) == (f"{path}: case {results.cases[0].id!r}: info.block_size_m should be an object with "
+                              "string keys, found 8; re-create the file with the stage that writes it")  # fmt: skip

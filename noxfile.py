@@ -336,6 +336,18 @@ def tests_release(session: nox.Session, release: str) -> None:
 
 
 @nox.session(default=False)
+def releases(session: nox.Session) -> None:
+    """Whether vLLM's newest release on the package index is one the gate follows (exit 14 when it is newer,
+    naming it and the parameters its entry points added and removed); ``-- --newest X.Y.Z`` to try one."""
+    from ci.trees.build import GATE_DIR
+    from ci.trees.release import DEFAULT_VLLM
+
+    followed = [DEFAULT_VLLM, *FOLLOWED_RELEASES]
+    session.run(_python(session), "-m", "ci.trees.newest", "--followed", *followed, "--cache", str(GATE_DIR / "cache"),
+                *session.posargs, external=True)  # fmt: skip
+
+
+@nox.session(default=False)
 def build(session: nox.Session) -> None:
     """Build the base and candidate vLLM trees and print where they are."""
     args = parse_session_args(session.posargs)

@@ -26,6 +26,7 @@ class ExitCode(enum.IntEnum):
     GPU_BUSY = 11  # a GPU is there but another workload is using it
     WRONG_RESULTS = 12  # the candidate computed wrong numbers (or crashed) in a case: a correctness failure
     UNTRUSTED = 13  # a trust check of the GPU workflows failed (a PR head that moved, a run from another ref)
+    RELEASE_AHEAD = 14  # the package index has a newer release of the software under test than the gate follows
     INTERNAL = 70  # a bug in the gate itself (an unexpected exception): report it with the traceback
 
 
@@ -83,3 +84,7 @@ class UndeclaredChangeError(GateError):
 
 class UntrustedError(GateError):
     exit_code = ExitCode.UNTRUSTED
+
+
+class ReleaseAheadError(GateError):
+    exit_code = ExitCode.RELEASE_AHEAD

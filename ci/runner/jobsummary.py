@@ -36,6 +36,7 @@ MEANING = {
     ExitCode.GPU_BUSY: ("GPU_BUSY", "another workload is using the GPU"),
     ExitCode.WRONG_RESULTS: ("WRONG_RESULTS", "the candidate computed wrong numbers in a case"),
     ExitCode.UNTRUSTED: ("UNTRUSTED", "a trust check failed (a moved PR head, another ref)"),
+    ExitCode.RELEASE_AHEAD: ("RELEASE_AHEAD", "the package index has a newer vLLM release than the gate follows"),
     ExitCode.INTERNAL: ("INTERNAL", "a bug of the gate itself"),
 }
 INTERRUPTED = 130

@@ -68,3 +68,8 @@ def test_the_batched_rule_in_the_spec():
         8, 8, 16, 16, 32, 32, 48, 48, 64, 64, 64, 64]  # fmt: skip
     assert spec.batched_block_size_m(1, input_itemsize=1) == 16
     assert len(bh.DIRECT) == 594 and len(bh.APPLY) == 972
+
+
+def test_a_release_that_serves_no_batched_pair_fails_rather_than_passing_on_nothing():
+    with pytest.raises(AssertionError, match="no batched case to run: the release serves none"):
+        bh.calls_for([])

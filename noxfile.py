@@ -337,8 +337,10 @@ def tests_release(session: nox.Session, release: str) -> None:
 
 @nox.session(default=False)
 def releases(session: nox.Session) -> None:
-    """Whether vLLM's newest release on the package index is one the gate follows (exit 14 when it is newer,
-    naming it and the parameters its entry points added and removed); ``-- --newest X.Y.Z`` to try one."""
+    """Whether vLLM's newest release on the package index is one the gate follows (exit 14: a newer one).
+
+    Exit 14 names the newer release and the parameters its entry points added and removed; ``-- --newest
+    X.Y.Z`` checks one release without asking the index."""
     from ci.trees.build import GATE_DIR
     from ci.trees.release import DEFAULT_VLLM
 

@@ -214,12 +214,7 @@ def _measured_trees(tmp_path: Path, new: str, old: str = BEFORE):
 
 
 def _record(trees, folder: Path, lines: list[int]) -> None:
-    from coverage import CoverageData
-
-    folder.mkdir(parents=True, exist_ok=True)
-    data = CoverageData(basename=str(folder / ".coverage.one"))
-    data.add_lines({str((trees.candidate / MOD).resolve()): lines})
-    data.write()
+    _record_lines(trees, folder, {MOD: lines})
 
 
 NEW = ("import os\n\n\ndef pick(m):\n    m = (m //\n         2)\n    # a comment\n    if m > 100:  # pragma: no cover\n"

@@ -169,9 +169,10 @@ def check_options(session: nox.Session, args: SessionArgs, *tool: str) -> None:
         raise SystemExit(int(ExitCode.USAGE))
 
 
-def _pytest(session: nox.Session, manifest: Path, *args: str) -> None:
+def _pytest(session: nox.Session, manifest: Path, *args: str, python: str | None = None) -> None:
     """pytest on the trees of ``manifest``, as a stage: its exit codes become the gate's (9 passes through)."""
-    _stage(session, _python(session), "-m", "pytest", "--gate-manifest", str(manifest), *args, codes=PYTEST_CODES)
+    python = python or _python(session)
+    _stage(session, python, "-m", "pytest", "--gate-manifest", str(manifest), *args, codes=PYTEST_CODES)
 
 
 def _install_vllm_deps(session: nox.Session, args: SessionArgs, *, gpu: bool) -> bool:
@@ -200,14 +201,15 @@ def _install_vllm_deps(session: nox.Session, args: SessionArgs, *, gpu: bool) ->
     return False
 
 
-def _build(session: nox.Session, args: SessionArgs, *, locked: bool = False, name: str | None = None) -> Path:
+def _build(session: nox.Session, args: SessionArgs, *, locked: bool = False, name: str | None = None,
+           python: str | None = None) -> Path:  # fmt: skip
     """Build the trees. ``locked``: the session's venv holds the release from its hash lock, so the trees
     take that vLLM (no second, unverified download) and its version must be the one asked for."""
     trees = Path(".gate") / "trees" / (name or session.name)
     argv = list(args.build_argv)
     if locked:
         argv[argv.index("--vllm") + 1] = "installed"
-    _stage(session, _python(session), "-m", "ci.trees.build", *argv, "--out", str(trees))
+    _stage(session, python or _python(session), "-m", "ci.trees.build", *argv, "--out", str(trees))
     manifest = trees / "manifest.json"
     if locked:
         import json
@@ -302,17 +304,24 @@ def check(session: nox.Session) -> None:
 
 
 # Releases the CPU tier follows besides the default one, each in its own environment, its dependencies read
-# from the release's own metadata (ci/trees/release_deps.py): `nox -s "tests_release(release='0.33.0')"`.
-FOLLOWED_RELEASES = ("0.26.0", "0.33.0")
+# from the release's own metadata (ci/trees/release_deps.py): `nox -s tests_release -- --release 0.33.0`.
+FOLLOWED_RELEASES = ("0.26.0", "0.33.0", "0.34.0")
 
 
-@nox.session(default=False)
-@nox.parametrize("release", FOLLOWED_RELEASES)
-def tests_release(session: nox.Session, release: str) -> None:
-    """CPU tier on another vLLM release, in its own environment, with what that release requires."""
-    if any(a == "--vllm" or a.startswith("--vllm=") for a in session.posargs):
-        session.error(f"this session tests vLLM {release} (its environment is made for it): leave out --vllm")
-    args = parse_session_args(["--vllm", release, *session.posargs])
+def _release_python(session: nox.Session, release: str) -> str:
+    """The interpreter of vLLM ``release``'s own environment (``.nox/tests_release-vllm-<release>``), made
+    from this interpreter when missing: one per release, so no release's packages leak into another's."""
+    env = ROOT / ".nox" / f"tests_release-vllm-{release}"
+    python = env / "bin" / "python"
+    if not python.is_file():
+        session.run(sys.executable, "-m", "venv", str(env))
+    return str(python)
+
+
+def _tier_on_release(session: nox.Session, release: str, rest: Sequence[str]) -> None:
+    """The CPU tier (tests/ep_marlin, tests/triton_moe) on vLLM ``release``, in its own environment, with what
+    that release requires."""
+    args = parse_session_args(["--vllm", release, *rest])
     from ci.trees.build import GATE_DIR
     from ci.trees.release import fetch_release
     from ci.trees.release_deps import metadata_of, write_requirements
@@ -324,15 +333,64 @@ def tests_release(session: nox.Session, release: str) -> None:
     except ValueError as exc:  # e.g. a URL requirement: never installed
         session.error(f"vLLM {release}'s metadata: {exc}")
     session.log(f"vLLM {release}'s dependencies for the CPU tier, from its Requires-Dist: {deps}")
-    _install_torch(session, next(line for line in deps.read_text().splitlines() if line.startswith("torch")))
+    python = _release_python(session, release)
+    pip = (python, "-m", "pip", "install", "--disable-pip-version-check")
+    torch = next(line for line in deps.read_text().splitlines() if line.startswith("torch"))
+    torch_index = os.environ.get("GATE_TORCH_INDEX_URL")
+    session.run(*pip, torch, *(["--index-url", torch_index] if torch_index else []))
     test_txt = REQUIREMENTS / "test.txt"  # only the runner: the rest of test.txt pins numpy, releases pin their own
-    session.install(
-        "-r", str(deps), _pin(test_txt, "pytest"), _pin(test_txt, "pytest-xdist"), _pin(test_txt, "coverage")
-    )
-    check_options(session, args, _python(session), "-m", "pytest")
-    manifest = _build(session, args, name=f"tests-vllm-{release}")
+    session.run(*pip, "-r", str(deps), _pin(test_txt, "pytest"), _pin(test_txt, "pytest-xdist"),
+                _pin(test_txt, "coverage"))  # fmt: skip
+    check_options(session, args, python, "-m", "pytest")
+    manifest = _build(session, args, name=f"tests-vllm-{release}", python=python)
     workers = os.environ.get("GATE_TEST_WORKERS", "auto")
-    _pytest(session, manifest, "tests/ep_marlin", "-n", workers, *args.rest)
+    _pytest(session, manifest, "tests/ep_marlin", "tests/triton_moe", "-n", workers, *args.rest, python=python)
+
+
+@nox.session(default=False, venv_backend="none")
+def tests_release(session: nox.Session) -> None:
+    """CPU tier on other vLLM releases (-- --release newest X.Y.Z), each in an environment of its own.
+
+    Without ``--release``: the newest release on the package index and every one of FOLLOWED_RELEASES. A
+    newest release the gate does not follow yet is tested too, and the session then exits 14 (RELEASE_AHEAD)
+    naming it and what its entry points changed, even when its tier passes."""
+    from ci.core.errors import ReleaseAheadError, UsageError
+    from ci.trees.build import GATE_DIR
+    from ci.trees.newest import check, newest_on_index
+    from ci.trees.release import DEFAULT_VLLM
+    from ci.trees.sessionargs import parse_release_args
+
+    try:
+        asked, rest = parse_release_args(session.posargs, default=("newest", *FOLLOWED_RELEASES))
+    except UsageError as exc:
+        session.log(f"tests_release: {exc}")
+        raise SystemExit(int(exc.exit_code)) from None
+    if any(a == "--vllm" or a.startswith("--vllm=") for a in rest):
+        session.error("this session picks the vLLM with --release newest|X.Y.Z (each its own environment): "
+                      "leave out --vllm")  # fmt: skip
+    newest = newest_on_index() if "newest" in asked else None
+    releases = list(dict.fromkeys(newest if r == "newest" else r for r in asked))
+    ahead = None
+    if newest is not None:
+        try:
+            session.log(check(newest, [DEFAULT_VLLM, *FOLLOWED_RELEASES], GATE_DIR / "cache"))
+        except ReleaseAheadError as exc:
+            ahead = exc
+            session.log(f"tests_release: {exc} (its CPU tier runs anyway, to show what breaks)")
+    codes = {}
+    for release in releases:
+        try:
+            _tier_on_release(session, release, rest)
+            codes[release] = 0
+        except SystemExit as exc:  # a stage's own code (_stage): the other releases still run
+            codes[release] = exc.code if isinstance(exc.code, int) else int(ExitCode.INTERNAL)
+    session.log("tests_release: " + "; ".join(f"vLLM {r} exit {c}" for r, c in codes.items()))
+    failed = [c for c in codes.values() if c]
+    if failed:
+        raise SystemExit(failed[0])
+    if ahead is not None:
+        session.log(f"tests_release: {ahead}")
+        raise SystemExit(int(ahead.exit_code))
 
 
 @nox.session(default=False)

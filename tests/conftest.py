@@ -218,7 +218,7 @@ def trees(request: pytest.FixtureRequest):
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Collect outcomes, checked-case counts and measured errors (works across xdist workers)."""
-    from tests.shared import COUNT_PROPERTY, METRIC_PROPERTY
+    from tests.shared import COUNT_PROPERTY, METRIC_PROPERTY, NOT_IN_RELEASE_PROPERTY
 
     if report.when == "call" or report.outcome != "passed":
         failed_outside_call = report.when != "call" and report.outcome == "failed"
@@ -231,6 +231,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
                 _CASE_COUNTS[side] = _CASE_COUNTS.get(side, 0) + n
         elif name == METRIC_PROPERTY:
             _SUMMARY.add_metric(report.nodeid, value["check"], value["value"], value["bound"])
+        elif name == NOT_IN_RELEASE_PROPERTY:
+            _SUMMARY.not_in_release = dict(value)
 
 
 _CASE_COUNTS: dict[str, int] = {}
@@ -256,6 +258,9 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.write_line("largest measured error per check (bound):")
         for check, st in sorted(_SUMMARY.checks.items()):
             terminalreporter.write_line(f"  {check:36s} {st.largest:.3e}  ({st.bound})  n={st.samples}")
+    if _SUMMARY.not_in_release:
+        lacks = "; ".join(f"{name} (it lacks {', '.join(m)})" for name, m in sorted(_SUMMARY.not_in_release.items()))
+        terminalreporter.write_line(f"formats not in this release (not tried): {lacks}")
     if _CASE_COUNTS:
         counts = ", ".join(f"{n:,} on {side}" for side, n in sorted(_CASE_COUNTS.items()))
         terminalreporter.write_line(f"CPU tier: block-size cases checked against the spec: {counts}")

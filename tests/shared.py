@@ -11,6 +11,7 @@ CONTRACT_KEY = pytest.StashKey()
 SEED = 1234  # every random weight, routing and permutation of the GPU suite derives from it
 COUNT_PROPERTY = "block_size_cases"  # record_property: how many block-size cases a test checked
 METRIC_PROPERTY = "gate_metric"  # record_property: a measured error and its bound
+NOT_IN_RELEASE_PROPERTY = "formats_not_in_release"  # record_property: {format: arguments the release lacks}
 
 
 def contract_of(config: pytest.Config):

@@ -62,7 +62,7 @@ class CaseRunner:
                                         fmt=self.case.format)  # fmt: skip
         return self.mc.call_moe(
             module, self.experts, routing, global_num_experts=self.case.global_num_experts,
-            expert_map=self.view.expert_map, **self.mc.format_kwargs(self.case.format),
+            expert_map=self.view.expert_map, **self.mc.format_kwargs(self.case.format, module.fused_marlin_moe),
         )  # fmt: skip
 
     def valid_output(self, out, routing):

@@ -13,7 +13,8 @@ the experts' weights are ``ci.kernel.weights``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import inspect
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from types import ModuleType, SimpleNamespace
 
@@ -23,16 +24,52 @@ from ci.kernel.formats import GPT_OSS_ALPHA, GPT_OSS_BETA, GPT_OSS_CLAMP, Format
 from ci.kernel.shapes import Shape
 from ci.kernel.weights import Experts, input_dtype_of
 
+# gpt-oss's clamp as three arguments of fused_marlin_moe (vLLM 0.25.1 to 0.33.0); 0.34.0 takes them as one
+# ApplyMoEActivationConfig (``activation_config``)
+CLAMP_ARGUMENTS = ("clamp_limit", "gemm1_alpha", "gemm1_beta")
+ARGUMENTS_0_25 = frozenset({"input_dtype", "activation", *CLAMP_ARGUMENTS})  # what format_kwargs assumes by default
 
-def format_kwargs(fmt: Format) -> dict:
-    """The activation arguments ``fmt`` adds to a fused_marlin_moe call (vLLM 0.25/0.26 names): the
-    activation quantization, and gpt-oss's clamped SwiGLU-OAI on the packed gate/up layout."""
-    extra: dict = {"input_dtype": input_dtype_of(fmt)}
+
+def parameters_of(function: Callable) -> frozenset[str]:
+    """The names a vLLM function takes (its signature): what the gate passes is read from the release."""
+    return frozenset(inspect.signature(function).parameters)
+
+
+def activation_missing(fmt: Format, takes: Collection[str]) -> list[str]:
+    """The activation arguments ``fmt`` needs that a function taking ``takes`` lacks (empty: it serves them):
+    ``input_dtype`` for an int8/FP8 activation (W4A8, gone in 0.34.0), and for gpt-oss's clamp either
+    CLAMP_ARGUMENTS or ``activation_config``."""
+    missing = []
+    if fmt.input_dtype is not None and "input_dtype" not in takes:
+        missing.append("input_dtype")
+    if fmt.clamp and "activation" not in takes:
+        missing.append("activation")
+    if fmt.clamp and not (set(CLAMP_ARGUMENTS) <= set(takes) or "activation_config" in takes):
+        missing.append("/".join(CLAMP_ARGUMENTS) + " or activation_config")
+    return missing
+
+
+def format_kwargs(fmt: Format, function: Callable | None = None) -> dict:
+    """The activation arguments ``fmt`` adds to a call of ``function`` (a release's fused_marlin_moe or
+    batched_fused_marlin_moe; None: vLLM 0.25/0.26's names), under the names it takes: the activation
+    quantization (``input_dtype``, where the release has it), and gpt-oss's clamped SwiGLU-OAI on the packed
+    gate/up layout (CLAMP_ARGUMENTS, or one ``activation_config``). A format the function cannot take is
+    refused (ValueError), never passed half."""
+    takes = ARGUMENTS_0_25 if function is None else parameters_of(function)
+    if missing := activation_missing(fmt, takes):
+        raise ValueError(f"format {fmt.name} needs {', '.join(missing)}, which this release's function lacks")
+    extra: dict = {"input_dtype": input_dtype_of(fmt)} if "input_dtype" in takes else {}
     if fmt.clamp:
         from vllm.model_executor.layers.fused_moe.activation import MoEActivation
 
-        extra.update(activation=MoEActivation.SWIGLUOAI_UNINTERLEAVE, clamp_limit=GPT_OSS_CLAMP,
-                     gemm1_alpha=GPT_OSS_ALPHA, gemm1_beta=GPT_OSS_BETA)  # fmt: skip
+        extra["activation"] = MoEActivation.SWIGLUOAI_UNINTERLEAVE
+        if set(CLAMP_ARGUMENTS) <= takes:
+            extra.update(clamp_limit=GPT_OSS_CLAMP, gemm1_alpha=GPT_OSS_ALPHA, gemm1_beta=GPT_OSS_BETA)
+        else:
+            from vllm.model_executor.layers.fused_moe.activation import ApplyMoEActivationConfig
+
+            extra["activation_config"] = ApplyMoEActivationConfig(clamp_limit=GPT_OSS_CLAMP, alpha=GPT_OSS_ALPHA,
+                                                                  beta=GPT_OSS_BETA)  # fmt: skip
     return extra
 
 

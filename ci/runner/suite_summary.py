@@ -27,6 +27,7 @@ class SuiteSummary:
     checks: dict[str, CheckStats] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     changed_lines: object = None  # ci.trees.changed_lines.LineReport of the run (None: not measured)
+    not_in_release: dict[str, list[str]] | None = None  # formats the release's entry lacks arguments for (None: unread)
 
     def add_outcome(self, nodeid: str, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
@@ -52,6 +53,7 @@ class SuiteSummary:
             "failures": self.failures,
             "checks": {k: asdict(v) for k, v in sorted(self.checks.items())},
             "changed_lines": None if self.changed_lines is None else self.changed_lines.to_json(),
+            "formats_not_in_release": self.not_in_release,
             "provenance": provenance,
         }
 

@@ -119,6 +119,21 @@ def resolve_refs(opts: BuildOptions) -> BuildOptions:
     return replace(opts, patch=patch, vllm_src=where / "base-src", refs={**info, "repo": str(opts.vllm_src)})
 
 
+RELEASE_PATCHES = "releases"  # ci/changes/<name>/releases/vllm-<version>.patch: the change on that release's code
+
+
+def patch_for_release(patch: Path, version: str) -> Path:
+    """The patch to apply to vLLM ``version``: a change's ``releases/vllm-<version>.patch`` when it has one
+    (the change as that release holds it, or rebased onto it: the release's code around the change moved),
+    else ``patch``. The change's contract stays the one beside its change.patch."""
+    rebased = patch.parent / RELEASE_PATCHES / f"vllm-{version}.patch"
+    if patch.name != "change.patch" or not rebased.is_file():
+        return patch
+    print(f"build: vLLM {version} has its own version of {_display_path(patch)}: {_display_path(rebased)} is "
+          "applied instead (its preamble says why)", flush=True)  # fmt: skip
+    return rebased
+
+
 def _check_out_dir(out: Path) -> None:
     """``out`` may be replaced only if it is missing, empty, or trees this builder made (its marker)."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
@@ -142,9 +157,11 @@ def build_trees(opts: BuildOptions, *, release: Release | None = None) -> Trees:
     if opts.vllm_src is not None and not (opts.vllm_src / "vllm").is_dir():
         raise UsageError(f"--vllm-src {opts.vllm_src}: no vllm/ package in it; point it at a vLLM source checkout")
     contract = resolve_contract(opts)
-    taken, ignored = patching.check_touched_paths(opts.patch)
+    patching.check_touched_paths(opts.patch)
     release = release or resolve_release(opts.vllm, opts.cache)
     slug = tree_slug(release.version, opts.patch, reverse=opts.reverse, src=opts.vllm_src is not None)
+    opts = replace(opts, patch=patch_for_release(opts.patch, release.version))
+    taken, ignored = patching.check_touched_paths(opts.patch)
     out = (opts.out or GATE_DIR / "trees" / slug).absolute()
     _check_out_dir(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -104,7 +104,7 @@ def check(newest: str, followed: Sequence[str], cache: Path) -> str:
     what = "; ".join(changed) if changed else "the entry points the gate calls take the same parameters"
     raise ReleaseAheadError(
         f"vLLM {newest} is on the package index and the gate follows only {', '.join(followed)}. Against {last}: "
-        f"{what}. Try it with nox -s check -- --vllm {newest}; once the gate supports it, add it to "
+        f"{what}. Try it with nox -s tests_release -- --release {newest}; once the gate supports it, add it to "
         "FOLLOWED_RELEASES in noxfile.py and to docs/releases.md"
     )
 

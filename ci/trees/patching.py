@@ -152,6 +152,57 @@ def _explain(stderr: str, files: tuple[FilePatch, ...], *, reverse: bool) -> str
     return stderr.strip() or "git apply refused it"
 
 
+def split_hunks(text: str) -> list[tuple[str, str, str]]:
+    """(path, hunk header, a patch of that hunk alone) for each hunk of ``text``: its file's header lines and
+    the hunk, whose end is found by counting its lines (a removed line may start with ``---``)."""
+    lines = text.splitlines(keepends=True)
+    hunks, header, path, i = [], [], None, 0
+    while i < len(lines):
+        line = lines[i]
+        m = _HUNK_RE.match(line.rstrip("\n"))
+        if m and path is not None:
+            old_n, new_n = (1 if n is None else int(n) for n in (m[2], m[4]))  # "@@ -5 +5 @@": one line
+            body, i = [line], i + 1
+            while i < len(lines) and (old_n > 0 or new_n > 0 or lines[i].startswith("\\")):
+                kind = lines[i][:1]
+                old_n -= kind in (" ", "-", "\n", "")
+                new_n -= kind in (" ", "+", "\n", "")
+                body.append(lines[i])
+                i += 1
+            hunks.append((path, line.strip(), "".join(header + body)))
+            continue
+        git_header_open = bool(header) and header[0].startswith("diff --git ") and path is None
+        if line.startswith("diff --git ") or (line.startswith("--- ") and not git_header_open):
+            header, path = [line], None
+        elif header and path is None:
+            header.append(line)
+            if m := _PLUS_RE.match(line):
+                path = m["path"].strip()
+        i += 1
+    return hunks
+
+
+def hunk_report(patch: Path, tree: Path, include: list[str]) -> str:
+    """Each hunk of ``patch`` against ``tree``, alone: already in this vLLM (it reverse-applies), applies, or
+    differs (neither): what a patch written for another release has in common with this one."""
+    import tempfile
+
+    parts = []
+    with tempfile.TemporaryDirectory() as scratch:
+        one = Path(scratch) / "hunk.patch"
+        for n, (path, header, text) in enumerate(split_hunks(patch.read_text(errors="replace")), 1):
+            one.write_text(text)
+            includes = [f"--include={p}" for p in include]
+            if _git(tree, "apply", "--check", "-R", *includes, str(one)).returncode == 0:
+                state = "already in this vLLM"
+            elif _git(tree, "apply", "--check", *includes, str(one)).returncode == 0:
+                state = "applies"
+            else:
+                state = "differs (neither applies nor reverse-applies)"
+            parts.append(f"{n} {header!r} of {path}: {state}")
+    return "; ".join(parts)
+
+
 def apply_patch(patch: Path, tree: Path, *, reverse: bool, include: list[str], where: str,
                 auto_reverse: bool = False) -> bool:  # fmt: skip
     """Check the whole patch against ``tree``, then apply it; on any mismatch change nothing. With
@@ -175,7 +226,9 @@ def apply_patch(patch: Path, tree: Path, *, reverse: bool, include: list[str], w
                 else "this vLLM already contains it: use --reverse to build the base by removing it"
             )
         else:
-            hint = "it was written for another vLLM version: pick the matching --vllm or rebase the patch"
+            hint = (f"it was written for another vLLM version; hunk by hunk: {hunk_report(patch, tree, include)}. "
+                    "Pick the matching --vllm, rebase the patch, or for a change of ci/changes/ add its version for "
+                    "this release as releases/vllm-<version>.patch beside its change.patch")  # fmt: skip
         action = "reverse-apply" if reverse else "apply"
         raise PatchError(f"{patch} does not {action} to {where}: {what}; {hint}. Nothing was changed.")
     done = _git(tree, "apply", *direction, *includes, str(patch.resolve()))

@@ -9,9 +9,11 @@ runs (pytest, the benchmark, ...).
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ci.core.errors import UsageError
 from ci.trees.build import add_source_arguments
 
 
@@ -50,3 +52,20 @@ def parse_session_args(posargs: Sequence[str]) -> SessionArgs:
             continue
         build_argv += [flag] if value is True else [flag, str(value)]
     return SessionArgs(vllm=known.vllm, build_argv=tuple(build_argv), out=known.out, rest=tuple(rest))
+
+
+RELEASE_RE = r"\d+\.\d+\.\d+(?:\.post\d+)?"  # a final release as the package index names it (0.34.0, 0.8.5.post1)
+
+
+def parse_release_args(posargs: Sequence[str], *, default: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(releases, the rest) of ``tests_release``'s options: ``--release`` takes one or more of ``newest`` (the
+    package index's newest, read at run time) and X.Y.Z releases, and may be repeated; without it, ``default``.
+    Anything else is refused with the fix (exit 2), never taken for a release."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--release", nargs="+", action="extend")
+    known, rest = parser.parse_known_args(list(posargs))
+    releases = tuple(known.release or default)
+    bad = [r for r in releases if r != "newest" and not re.fullmatch(RELEASE_RE, r)]
+    if bad:
+        raise UsageError(f"--release {' '.join(bad)}: expected 'newest' or a release such as 0.34.0")
+    return releases, tuple(rest)

@@ -369,8 +369,8 @@ def missing_module_message(module: str, version: str, tree: Path) -> str:
     return (
         f"vLLM {version} (the trees in {tree.parent}) imports {module!r}, which this environment does not have "
         f"(package {package!r}): the environment was made for another vLLM release. Run the CPU tier in an "
-        f"environment made from vLLM {version}'s own Requires-Dist: nox -s \"tests_release(release='{version}')\" "
-        "(add the release to FOLLOWED_RELEASES in noxfile.py if it is not listed), or `pip install "
+        f"environment made from vLLM {version}'s own Requires-Dist: nox -s tests_release -- --release {version} "
+        "(any release; FOLLOWED_RELEASES in noxfile.py are those CI runs), or `pip install "
         f"{package}` here for this one module"
     )
 

@@ -2,7 +2,8 @@
 
 vLLM 0.25.1 (``fused_moe/fused_moe.py``: ``try_get_optimal_moe_config``, ``get_moe_configs``,
 ``get_default_config``), written down from its rules, independently of its code, so the gate can check a
-candidate's choice against it:
+candidate's choice against it; what later releases changed is in :data:`RULES`, one entry per release
+written from that release's code, and a release not listed is recognised by its code (:func:`rules_of`):
 
 1. An override (``fused_moe.override_config``) wins.
 2. Else the tuned table of the device, if a file is there: ``E=<E>,N=<N>,device_name=<device>[,dtype=<d>]
@@ -19,12 +20,61 @@ all-gathered, padded rows of every rank, while one rank's ``E`` local experts se
 
 from __future__ import annotations
 
+import hashlib
+import io
+import tokenize
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-SPEC_OF = ("0.25.1",)  # the releases whose rules this is (0.33.0 adds GROUP_SIZE_M to the WNA16 CUDA config)
+
+@dataclass(frozen=True)
+class Rules:
+    """How a release's config choice differs from 0.25.1's (each field written from that release's code)."""
+
+    # the WNA16 CUDA kernel's config: 0.25.1 {"BLOCK_SIZE_M": min(16, M), "SPLIT_K": 1}; 0.33.0 on
+    # {"BLOCK_SIZE_M": min(16, next_power_of_2(M)), "GROUP_SIZE_M": 1, "SPLIT_K": 1}
+    wna16_cuda_power_of_two: bool = False
+
+
+RULES = {"0.25.1": Rules(), "0.26.0": Rules(), "0.33.0": Rules(wna16_cuda_power_of_two=True),
+         "0.34.0": Rules(wna16_cuda_power_of_two=True)}  # fmt: skip
+SPEC_OF = tuple(RULES)  # the releases whose rules are written here
+# get_default_config of each release above, as :func:`code_fingerprint` reads it: a release not in RULES whose
+# default config is written as one of these follows that release's rules (the tuned tables are its own files)
+DEFAULT_CONFIG_CODE = {"0.25.1": "323a17d792c9899a", "0.26.0": "323a17d792c9899a", "0.33.0": "cc56ab9c515c01e5",
+                       "0.34.0": "cc56ab9c515c01e5"}  # fmt: skip
 NON_EP = -1  # global_num_experts of a caller without expert parallelism
 BATCH_INVARIANT_CONFIG = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8, "SPLIT_K": 1}
 WNA16_CUDA_GROUP_SIZES = (32, 64, 128)
+
+
+def code_fingerprint(source: str, function: str = "get_default_config") -> str | None:
+    """A digest of ``function``'s code in a module's ``source``, its tokens without comments, blank lines or
+    layout (the same on every Python version); None when the module has no such function."""
+    import ast
+
+    node = next((n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == function), None)
+    if node is None:
+        return None
+    code = "".join(source.splitlines(keepends=True)[node.lineno - 1 : node.end_lineno])
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+    tokens = [t.string for t in tokenize.generate_tokens(io.StringIO(code).readline) if t.type not in skip]
+    return hashlib.sha256(" ".join(tokens).encode()).hexdigest()[:16]
+
+
+def rules_of(version: str, fused_moe_source: str) -> tuple[Rules | None, str]:
+    """The rules vLLM ``version`` follows and how they were found: written for it (RULES), or read from its
+    code (its get_default_config is written as a specified release's); (None, why) when neither."""
+    if version in RULES:
+        return RULES[version], f"the rules written for vLLM {version}"
+    digest = code_fingerprint(fused_moe_source)
+    same = [v for v, d in DEFAULT_CONFIG_CODE.items() if d == digest]
+    if same:
+        return RULES[same[-1]], f"vLLM {same[-1]}'s rules: {version}'s get_default_config is written as its"
+    return None, (
+        f"vLLM {version}'s get_default_config differs from that of every release the spec is written "
+        f"for ({', '.join(SPEC_OF)}): add its rules to RULES in ci/triton_moe/spec.py"
+    )
 
 
 def config_file_name(experts: int, n: int, dtype: str | None, block_shape: Sequence[int] | None, device: str) -> str:
@@ -61,7 +111,7 @@ def wna16_uses_cuda(valid_tokens: int, group_size: int, experts: int, bit: int, 
 
 def default_config(m: int, experts: int, n: int, k: int, topk: int, dtype: str | None,
                    block_shape: Sequence[int] | None = None, *, batch_invariant: bool = False, rocm: bool = False,
-                   cuda: bool = True) -> dict:  # fmt: skip
+                   cuda: bool = True, rules: Rules = RULES["0.25.1"]) -> dict:  # fmt: skip
     """The config without a tuned table (``k`` is unused by 0.25.1's rules, kept as its signature has it)."""
     if batch_invariant:
         return dict(BATCH_INVARIANT_CONFIG)
@@ -77,6 +127,8 @@ def default_config(m: int, experts: int, n: int, k: int, topk: int, dtype: str |
     if dtype in ("int4_w4a16", "int8_w8a16") and block_shape is not None:
         bit = 4 if dtype == "int4_w4a16" else 8
         if wna16_uses_cuda(m * topk, block_shape[1], experts, bit, cuda=cuda and not rocm):
+            if rules.wna16_cuda_power_of_two:
+                return {"BLOCK_SIZE_M": min(16, 1 << (m - 1).bit_length()), "GROUP_SIZE_M": 1, "SPLIT_K": 1}
             return {"BLOCK_SIZE_M": min(16, m), "SPLIT_K": 1}
         tile = 16 if m <= 20 else 32 if m <= 40 else 64
         return {"BLOCK_SIZE_M": tile, "GROUP_SIZE_M": 1, "SPLIT_K": 1}
@@ -95,7 +147,7 @@ def default_config(m: int, experts: int, n: int, k: int, topk: int, dtype: str |
 def expected_config(w1_shape: Sequence[int], w2_shape: Sequence[int], topk: int, dtype: str | None, m: int,
                     block_shape: Sequence[int] | None = None, *, tables: Sequence[Mapping[int, dict] | None] = (),
                     override: dict | None = None, batch_invariant: bool = False, rocm: bool = False,
-                    cuda: bool = True) -> dict:  # fmt: skip
+                    cuda: bool = True, rules: Rules = RULES["0.25.1"]) -> dict:  # fmt: skip
     """The config ``try_get_optimal_moe_config`` returns for ``m`` rows. ``tables``: the tuned tables found for
     this shape, in the order vLLM looks (the user's folder, then its own; None where no file is)."""
     if override:
@@ -106,7 +158,7 @@ def expected_config(w1_shape: Sequence[int], w2_shape: Sequence[int], topk: int,
             if table:
                 return nearest_entry(table, m)
     return default_config(m, experts, n, w1_shape[2], topk, dtype, block_shape, batch_invariant=batch_invariant,
-                          rocm=rocm, cuda=cuda)  # fmt: skip
+                          rocm=rocm, cuda=cuda, rules=rules)  # fmt: skip
 
 
 def rows_one_rank_sees(m: int, local_experts: int, global_experts: int) -> int:

@@ -68,7 +68,8 @@ def observe(module, call: dict) -> dict:
     args = h.format_arguments(fmt, e, dtype, gen)
     with BatchedSpies(module) as spies:
         if call["via"] == "direct":
-            out = module.batched_fused_marlin_moe(hidden_states=hidden, expert_num_tokens=counts, **args)
+            out = module.batched_fused_marlin_moe(hidden_states=hidden, expert_num_tokens=counts, **args,
+                                                  **mc.format_kwargs(fmt, module.batched_fused_marlin_moe))  # fmt: skip
         else:
             g = e * call["dispatchers"]
             topk_ids = torch.randint(0, g, (call["tokens"], call["topk"]), generator=gen, dtype=torch.int32)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import inspect
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -75,24 +74,34 @@ def has_enough_experts(local_experts: int, ep: int | None, topk: int) -> bool:
 
 def combos_for(module) -> list[tuple[Format, str]]:
     """The (format, hidden dtype) pairs ``module``'s fused_marlin_moe can be called with: a release whose
-    function lacks an argument a format needs (e.g. act-order's ``g_idx1`` in 0.33.0) does not serve it."""
-    takes = set(inspect.signature(module.fused_marlin_moe).parameters)
-    return [(f, act) for f, act in FORMAT_COMBOS if not (needed_arguments(f) - takes)]
+    function lacks an argument a format needs (act-order's ``g_idx1`` in 0.33.0, W4A8's ``input_dtype`` in
+    0.34.0) does not serve it (:func:`not_in_release` says why)."""
+    takes = mc.parameters_of(module.fused_marlin_moe)
+    return [(f, act) for f, act in FORMAT_COMBOS if not missing_arguments(f, takes)]
 
 
-def needed_arguments(fmt: Format) -> set[str]:
-    need = {"input_dtype"}
-    if fmt.quant.act_order:
-        need |= {"g_idx1", "g_idx2", "sort_indices1", "sort_indices2"}
-    if fmt.quant.has_zero_points:
-        need |= {"w1_zeros", "w2_zeros"}
-    if fmt.quant.has_global_scale or fmt.input_dtype == "int8":
-        need |= {"global_scale1", "input_global_scale1"}
+def not_in_release(module) -> dict[str, list[str]]:
+    """Each format of ``ci.kernel.formats`` that ``module``'s fused_marlin_moe cannot take, with the
+    arguments it lacks for it (empty: the release serves every format)."""
+    takes = mc.parameters_of(module.fused_marlin_moe)
+    return {f.name: missing for f in FORMATS if (missing := missing_arguments(f, takes))}
+
+
+def missing_arguments(fmt: Format, takes) -> list[str]:
+    """The arguments a call in ``fmt`` needs that a function taking ``takes`` lacks: the weights' (act-order
+    indices, zero points, NVFP4 global scales, int8-input scales, biases) and the activation's."""
+    q, need = fmt.quant, []
+    if q.act_order:
+        need += ["g_idx1", "g_idx2", "sort_indices1", "sort_indices2"]
+    if q.has_zero_points:
+        need += ["w1_zeros", "w2_zeros"]
+    if q.has_global_scale:
+        need += ["global_scale1", "global_scale2"]
+    if fmt.input_dtype == "int8":
+        need += ["input_global_scale1", "input_global_scale2"]
     if fmt.bias:
-        need |= {"bias1", "bias2"}
-    if fmt.clamp:
-        need |= {"activation", "clamp_limit", "gemm1_alpha", "gemm1_beta"}
-    return need
+        need += ["bias1", "bias2"]
+    return [n for n in need if n not in takes] + mc.activation_missing(fmt, takes)
 
 
 def cases_for(local_experts: int, ep: int | None, topk: int, combos=FORMAT_COMBOS) -> list[Case]:
@@ -119,7 +128,8 @@ class Inputs:
 def format_arguments(fmt: Format, e: int, dtype: torch.dtype, gen: torch.Generator) -> dict[str, Any]:
     """The weight arguments of a call in ``fmt``, shaped as fused_marlin_moe checks them (K = HIDDEN): packed
     weights of the format's bit width, its scales, zero points, act-order indices, NVFP4 global scales,
-    int8-input scale factors, gpt-oss biases and clamp. Contents are random: the spies only record them."""
+    int8-input scale factors and gpt-oss biases (the activation's arguments: ``mc.format_kwargs``, in the
+    release's names). Contents are random: the spies only record them."""
     q = fmt.quant
     scale_dtype = {"float4_e2m1f": torch.float8_e4m3fn}.get(q.quant_type, dtype)
     if q.fp4 and not q.has_global_scale:
@@ -147,8 +157,7 @@ def format_arguments(fmt: Format, e: int, dtype: torch.dtype, gen: torch.Generat
     if fmt.bias:
         args.update(bias1=torch.randn(e, 2, generator=gen).to(dtype),
                     bias2=torch.randn(e, HIDDEN, generator=gen).to(dtype))  # fmt: skip
-    args.update(mc.format_kwargs(fmt))  # input_dtype; gpt-oss: the activation and its clamp
-    return args
+    return args  # the activation's arguments are the release's names: mc.format_kwargs at the call
 
 
 def scalar_type_id(name: str) -> int:
@@ -250,6 +259,7 @@ def observe(module: ModuleType, case: Case, inputs: Inputs) -> Observation:
             global_num_experts=case.global_experts,
             expert_map=inputs.expert_map,
             **inputs.weights,
+            **mc.format_kwargs(case.fmt, module.fused_marlin_moe),
         )
     assert len(spies.align) == 1 and len(spies.kernel) == 1, "expected one align and one kernel call"
     (a_args, a_kwargs), kwargs = spies.align[0], spies.kernel[0]

@@ -21,9 +21,10 @@ import types
 import pytest
 
 from ci.kernel import spec
+from ci.kernel.formats import FORMATS_BY_NAME
 from ci.trees import contracts
 from tests.ep_marlin import cpu_harness as h
-from tests.shared import COUNT_PROPERTY, contract_of
+from tests.shared import COUNT_PROPERTY, NOT_IN_RELEASE_PROPERTY, contract_of
 
 GRID = [
     pytest.param(e, ep, topk, id=f"E{e}-ep{'none' if ep is None else ep}-topk{topk}")
@@ -116,6 +117,17 @@ def test_every_format_is_tried_at_every_grid_point(combos):
         seen = [(c.fmt.name, c.activation) for c in h.cases_for(*p.values, combos)]
         assert {(f.name, act) for f, act in combos} == set(seen), p.id
         assert min(seen.count(k) for k in set(seen)) >= len(h.M_VALUES) * h.FORMATS_PER_M // len(combos)
+
+
+def test_every_format_is_served_or_named_not_in_this_release(variants, combos, record_property):
+    """Each format of ci.kernel.formats is either tried (the release's fused_marlin_moe takes what it needs)
+    or named, with the arguments the release lacks for it, in the run's summary: never dropped unseen, and
+    a release that serves none fails (nothing would be checked)."""
+    lacking = h.not_in_release(variants[0].marlin_moe)
+    served = {f.name for f, _ in combos}
+    assert served, f"the release serves no format of ci.kernel.formats: {lacking}"
+    assert served.isdisjoint(lacking) and served | set(lacking) == set(FORMATS_BY_NAME)
+    record_property(NOT_IN_RELEASE_PROPERTY, lacking)
 
 
 BATCH_INVARIANT = "VLLM_BATCH_INVARIANT"  # vLLM main: batch-invariant kernels, Marlin's tile pinned to 64

@@ -391,7 +391,7 @@ def test_format_matches_float32_reference(name, variants, metric):
         assert share > MIN_CLAMPED_SHARE, f"the clamp binds on {share:.2%} of pre-activations only"
     for v in variants:
         got = mc.call_moe(v.marlin_moe, experts, routing, global_num_experts=NON_EP, expert_map=None,
-                          **mc.format_kwargs(fmt))  # fmt: skip
+                          **mc.format_kwargs(fmt, v.marlin_moe.fused_marlin_moe))  # fmt: skip
         err = rel_l2(got, expected)
         metric(f"{name}_reference_rel_l2", err, _format_bound(fmt))
         assert err < _format_bound(fmt), f"{v.name}, {name}: rel L2 error {err:.2e} vs the float32 reference"
@@ -415,7 +415,7 @@ def test_format_ep_sum_equals_non_ep(name, variants, metric):
     shape, experts = SHAPES[FORMAT_SHAPES[name]], format_experts(name)
     ep, tokens = FORMAT_EP[shape.name]
     routing = _format_routing(fmt, shape, tokens, SEED + ep)
-    extra = mc.format_kwargs(fmt)
+    extra = mc.format_kwargs(fmt, variants[0].marlin_moe.fused_marlin_moe)
     for v in variants:
         non_ep = mc.call_moe(v.marlin_moe, experts, routing, global_num_experts=NON_EP, expert_map=None, **extra)
         ep_sum = _ep_sum(v.marlin_moe, experts, routing, shape, ep, "linear", extra)
@@ -438,7 +438,8 @@ def test_format_every_block_size_is_equivalent(name, variants, metric):
     ep, _ = FORMAT_EP[shape.name]
     routing = _format_routing(fmt, shape, 200, SEED + 200)
     view = mc.rank_view(shape.experts, ep, 0)
-    local, module, extra = experts.select(view.local_ids), variants[1].marlin_moe, mc.format_kwargs(fmt)
+    local, module = experts.select(view.local_ids), variants[1].marlin_moe
+    extra = mc.format_kwargs(fmt, module.fused_marlin_moe)
     outs = {}
     for bm in [b for b in BLOCK_SIZES_M if fmt.input_itemsize != 1 or b >= MIN_BLOCK_SIZE_M_1_BYTE_INPUT]:
         with mc.forced_block_size(module, bm):
@@ -468,7 +469,7 @@ def test_format_poisoned_buffers_are_overwritten(name, rows, variants, metric):
     for v in variants:
         buffers = poisoned_buffers(routing, shape, dtype)
         got = mc.call_moe(v.marlin_moe, local, routing, global_num_experts=shape.experts, expert_map=view.expert_map,
-                          **buffers, **mc.format_kwargs(fmt))  # fmt: skip
+                          **buffers, **mc.format_kwargs(fmt, v.marlin_moe.fused_marlin_moe))  # fmt: skip
         assert got.data_ptr() == buffers["output"].data_ptr(), "the output buffer passed in was not used"
         assert torch.isfinite(got).all(), f"{v.name}, {name}: NaN/Inf left in the output (rows={rows})"
         err = rel_l2(got, _format_ref(fmt, local, routing, view.expert_map))

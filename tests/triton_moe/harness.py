@@ -25,12 +25,15 @@ def read_table(path: Path) -> dict[int, dict] | None:
     return {int(size): config for size, config in raw.items()}
 
 
-def require_specified_release(trees) -> None:
-    """Skip, saying why, on a release the spec is not written from: its rules may differ (0.33.0's do)."""
+def require_specified_release(trees) -> spec.Rules:
+    """The config-choice rules of the release under test (``spec.rules_of``: written for it, or recognised by
+    its code); skip, saying why, on a release whose rules the spec does not have."""
     version = trees.manifest.vllm_version
-    if version not in spec.SPEC_OF:
-        pytest.skip(f"ci.triton_moe.spec is vLLM {', '.join(spec.SPEC_OF)}'s config choice; this tree is vLLM "
-                    f"{version}: the subject follows it once the spec has its rules")  # fmt: skip
+    source = (trees.base / "vllm/model_executor/layers/fused_moe/fused_moe.py").read_text()
+    rules, how = spec.rules_of(version, source)
+    if rules is None:
+        pytest.skip(f"ci.triton_moe.spec: {how}")
+    return rules
 
 
 def on_device(fused_moe, monkeypatch, device: str) -> None:
@@ -44,6 +47,10 @@ def on_device(fused_moe, monkeypatch, device: str) -> None:
     monkeypatch.setattr(platform, "is_rocm", lambda: False, raising=False)
     monkeypatch.setattr(platform, "fp8_dtype", lambda: torch.float8_e4m3fn, raising=False)
     fused_moe.get_moe_configs.cache_clear()
+    named = getattr(fused_moe, "get_device_name_as_file_name", None)  # 0.34.0: the name, read once a process
+    if named is not None:
+        named.cache_clear()
+        monkeypatch.setattr(fused_moe, "get_device_name_as_file_name", named.__wrapped__)
 
 
 # (config dtype, block_shape, the use_* flag fused_experts_impl takes)
@@ -119,7 +126,8 @@ def launched(fm, calls: list, *args) -> tuple[dict | None, list[str]]:
     return gemms[0], []
 
 
-def config_mismatches(base, cand, contract, monkeypatch) -> tuple[list[str], int, int]:
+def config_mismatches(base, cand, contract, monkeypatch, rules: spec.Rules = spec.RULES["0.25.1"]
+                      ) -> tuple[list[str], int, int]:  # fmt: skip
     """The candidate ``fused_moe`` module against the base's and the contract, call by call over the model
     shapes, EP sizes 1, 2 and 8, the schemes and ``ROWS``: (what is wrong, calls checked, calls whose config
     differs from the base's). Without EP the candidate must launch the base's config unless the contract lets
@@ -153,7 +161,8 @@ def config_mismatches(base, cand, contract, monkeypatch) -> tuple[list[str], int
                     elif ep > 1 and contract is not None and contract.triton_config is not None:
                         seen = spec.rows_one_rank_sees(m, local, model.experts)
                         of_m, of_seen = (spec.expected_config(w1_shape, w2_shape, model.topk, dtype, rows, block,
-                                                              tables=[table]) for rows in (m, seen))  # fmt: skip
+                                                              tables=[table], rules=rules)
+                                         for rows in (m, seen))  # fmt: skip
                         want = contract.triton_config(config_of_m=of_m, config_of_estimate=of_seen)
                         if got != want:
                             wrong.append(f"{where}: the candidate launched {got}; contract {contract.name}: {want}")

@@ -27,15 +27,16 @@ def sides(trees):
     if variants.entry_module(trees) != bench.ENTRY:
         pytest.skip(f"the change under test enters vLLM through {variants.entry_module(trees)}, not the Triton "
                     "fused-MoE path (its own subject's tests check it)")  # fmt: skip
-    require_specified_release(trees)
+    rules = require_specified_release(trees)
     modules = bench.load_sides(trees)
-    yield modules
+    yield modules, rules
     for fm in modules.values():
         fm.get_moe_configs.cache_clear()
 
 
 def test_the_candidate_launches_what_its_contract_says(sides, contract, monkeypatch):
-    wrong, checked, changed = config_mismatches(sides["base"], sides["candidate"], contract, monkeypatch)
+    modules, rules = sides
+    wrong, checked, changed = config_mismatches(modules["base"], modules["candidate"], contract, monkeypatch, rules)
     if wrong:  # one message, not pytest's rendering of every wrong call
         pytest.fail(f"{len(wrong)} of {checked} calls: " + "; ".join(wrong[:3]), pytrace=False)
     assert checked == sum(len(SCHEMES) * len(ROWS) for m in MODELS.values() for ep in (1, 2, 8) if m.experts % ep == 0)

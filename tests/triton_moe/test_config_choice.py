@@ -27,8 +27,13 @@ DTYPES = ((None, None), ("fp8_w8a8", None), ("fp8_w8a8", [128, 128]), ("int4_w4a
 
 
 @pytest.fixture(scope="module")
-def fused_moe(trees):
-    require_specified_release(trees)
+def rules(trees):
+    """The release's config-choice rules (the spec's, for this release)."""
+    return require_specified_release(trees)
+
+
+@pytest.fixture(scope="module")
+def fused_moe(trees, rules):
     from vllm.model_executor.layers.fused_moe import fused_moe as module
 
     assert Path(module.__file__).resolve().is_relative_to(trees.base.resolve())
@@ -50,7 +55,7 @@ def _shapes():
                 yield f"{name}/ep{ep}", (local, 2 * m.intermediate, m.hidden), (local, m.hidden, m.intermediate), m.topk
 
 
-def _check(fused_moe, device: str, user: Path | None, batch_invariant: bool) -> tuple[int, int]:
+def _check(fused_moe, device: str, user: Path | None, batch_invariant: bool, rules) -> tuple[int, int]:
     """Every shape, dtype and batch size: vLLM's choice is the spec's. (points checked, shapes with a table)"""
     own = Path(fused_moe.__file__).parent / "configs"
     checked, tuned = 0, 0
@@ -63,24 +68,24 @@ def _check(fused_moe, device: str, user: Path | None, batch_invariant: bool) -> 
             for m in ROWS:
                 got = fused_moe.try_get_optimal_moe_config(w1, w2, topk, dtype, m, block_shape=block)
                 want = spec.expected_config(w1, w2, topk, dtype, m, block, tables=tables,
-                                            batch_invariant=batch_invariant)  # fmt: skip
+                                            batch_invariant=batch_invariant, rules=rules)  # fmt: skip
                 assert got == want, f"{case} {dtype} {block} M={m} on {device}: vLLM {got}, spec {want}"
                 checked += 1
     return checked, tuned
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_the_config_choice_follows_the_spec(fused_moe, platform, device, monkeypatch):
+def test_the_config_choice_follows_the_spec(fused_moe, rules, platform, device, monkeypatch):
     monkeypatch.delenv("VLLM_BATCH_INVARIANT", raising=False)
     monkeypatch.delenv("VLLM_TUNED_CONFIG_FOLDER", raising=False)
     platform(device)
-    checked, tuned = _check(fused_moe, device, None, batch_invariant=False)
+    checked, tuned = _check(fused_moe, device, None, batch_invariant=False, rules=rules)
     assert checked == len(list(_shapes())) * len(DTYPES) * len(ROWS)
     if "H200" in device.split():  # vLLM ships H200 tables for some of these shapes: the tuned path is exercised
         assert tuned > 0
 
 
-def test_a_users_table_comes_first_and_ties_go_to_the_first_entry(fused_moe, platform, tmp_path, monkeypatch):
+def test_a_users_table_comes_first_and_ties_go_to_the_first_entry(fused_moe, rules, platform, tmp_path, monkeypatch):
     """A user's folder (VLLM_TUNED_CONFIG_FOLDER) is read before vLLM's own; of two batch sizes equally near M,
     the first in the file wins (8 and 16 for M = 12: 16 first in this file)."""
     platform("NVIDIA H200")
@@ -98,14 +103,14 @@ def test_a_users_table_comes_first_and_ties_go_to_the_first_entry(fused_moe, pla
     assert int4.startswith(f"E={m.experts},N={2 * m.intermediate},")  # two int4 values a byte: N doubled
     (tmp_path / int4).write_text(json.dumps({"1": small}))
     assert fused_moe.try_get_optimal_moe_config(w1, w2, m.topk, "int4_w4a16", 64, block_shape=[0, 128]) == small
-    assert _check(fused_moe, "NVIDIA H200", tmp_path, batch_invariant=False)[1] > 0
+    assert _check(fused_moe, "NVIDIA H200", tmp_path, batch_invariant=False, rules=rules)[1] > 0
 
 
-def test_batch_invariant_mode_reads_noread_table(fused_moe, platform, monkeypatch):
+def test_batch_invariant_mode_reads_noread_table(fused_moe, rules, platform, monkeypatch):
     monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")
     monkeypatch.delenv("VLLM_TUNED_CONFIG_FOLDER", raising=False)
     platform("NVIDIA H200")
-    assert _check(fused_moe, "NVIDIA H200", None, batch_invariant=True)[0] > 0
+    assert _check(fused_moe, "NVIDIA H200", None, batch_invariant=True, rules=rules)[0] > 0
 
 
 def test_the_rows_one_ep_rank_sees():

@@ -32,16 +32,16 @@ from tests.triton_moe.harness import (
 @pytest.fixture
 def spied(trees, monkeypatch):
     """The base tree's fused_moe module with its kernels, aligner and quantization spied; the calls they saw."""
-    require_specified_release(trees)
+    rules = require_specified_release(trees)
     from vllm.model_executor.layers.fused_moe import fused_moe as fm
 
     calls = spy_launches(fm, monkeypatch)
-    yield fm, calls
+    yield fm, calls, rules
     fm.get_moe_configs.cache_clear()
 
 
 def test_each_launch_gets_the_specified_config_and_the_aligner_the_same_tile(spied):
-    fm, calls = spied
+    fm, calls, rules = spied
     own = Path(fm.__file__).parent / "configs"
     checked, exposed, points = 0, 0, 0
     for name, model in MODELS.items():
@@ -56,7 +56,8 @@ def test_each_launch_gets_the_specified_config_and_the_aligner_the_same_tile(spi
                 for m in ROWS:
                     calls.clear()
                     out = call_meta(fm, m, shapes, model.hidden, model.topk, ep, flags, model.experts, block)
-                    want = spec.expected_config(w1_shape, w2_shape, model.topk, dtype, m, block, tables=[table])
+                    want = spec.expected_config(w1_shape, w2_shape, model.topk, dtype, m, block, tables=[table],
+                                                rules=rules)  # fmt: skip
                     where = f"{name}/ep{ep} {dtype} {block} M={m}"
                     assert tuple(out.shape) == (m, model.hidden), where
                     (align,) = [c for c in calls if c[0] == "align"]
@@ -68,7 +69,7 @@ def test_each_launch_gets_the_specified_config_and_the_aligner_the_same_tile(spi
                     if ep > 1:
                         seen = spec.rows_one_rank_sees(m, local, model.experts)
                         other = spec.expected_config(w1_shape, w2_shape, model.topk, dtype, seen, block,
-                                                     tables=[table])  # fmt: skip
+                                                     tables=[table], rules=rules)  # fmt: skip
                         points += 1
                         exposed += other != want
     assert checked == sum(len(SCHEMES) * len(ROWS) for m in MODELS.values() for ep in (1, 2, 8) if m.experts % ep == 0)

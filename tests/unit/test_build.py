@@ -204,7 +204,7 @@ def test_a_dependency_the_release_imports_is_one_clear_error(tmp_path, monkeypat
         "vLLM 0.33.0" in err
         and "'cpuinfo_not_installed_here'" in err
         and "pip install cpuinfo-not-installed-here" in err
-        and "nox -s \"tests_release(release='0.33.0')\"" in err
+        and "nox -s tests_release -- --release 0.33.0" in err
     )
     assert "Traceback" not in err
     for workers in ([], ["-n", "2"]):  # in the process, or (xdist) in a check of its own beside the workers

@@ -78,8 +78,8 @@ def test_a_newer_release_is_exit_14_naming_it_and_what_its_entry_points_changed(
     assert str(err.value) == (
         "vLLM 0.34.0 is on the package index and the gate follows only 0.25.1, 0.33.0. Against 0.33.0: "
         "fused_marlin_moe adds activation_config and removes input_dtype, g_idx1; fused_experts is gone. Try it "
-        "with nox -s check -- --vllm 0.34.0; once the gate supports it, add it to FOLLOWED_RELEASES in noxfile.py "
-        "and to docs/releases.md"
+        "with nox -s tests_release -- --release 0.34.0; once the gate supports it, add it to FOLLOWED_RELEASES in "
+        "noxfile.py and to docs/releases.md"
     )
     args = ["--followed", "0.25.1", "0.33.0", "--newest", "0.34.0", "--cache", str(tmp_path)]
     assert run_main(newest.main, args) == ExitCode.RELEASE_AHEAD == 14

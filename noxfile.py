@@ -454,6 +454,12 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def tile_sweep(session: nox.Session) -> None:
+    """The time of every Marlin MoE tile per case, and each build's pick (resumable: the same command resumes)."""
+    _gpu_stage(session, "ci.kernel.tile_sweep", "tile_sweep")
+
+
+@nox.session(default=False)
 def gpu_gate(session: nox.Session) -> None:
     """The whole GPU verdict: GPU suite, kernel A/B and the verdict against the stored baseline, one exit code."""
     n_gpus, args, manifest = _gpu_session(session, "ci.runner.gpu_gate")

@@ -186,18 +186,25 @@ def quantized_experts(shape: Shape, fmt: Format | QuantScheme, dtype: torch.dtyp
 
 def random_packed_experts(shape: Shape, dtype: torch.dtype, *, local_experts: int, seed: int,
                           fmt: Format | None = None) -> Experts:  # fmt: skip
-    """Weights for timing only (the kernels' speed does not depend on the values): GPTQ-int4 group-128
-    random bits in Marlin's packed layout, with int16 scale codes for int8 inputs (W4A8-int8); FP4
+    """Weights for timing only (the kernels' speed does not depend on the values): GPTQ int4/int8 and FP8
+    group-128 random bits in Marlin's packed layout (FP8 without NaN codes), with int16 scale codes for int8
+    inputs (W4A8-int8); FP4
     formats through vLLM's own random-FP4 helpers (their scales must be valid FP8/E8M0 numbers)."""
     if fmt is not None and fmt.quant.fp4:
         small = Shape(shape.name, shape.hidden, shape.intermediate, local_experts, shape.topk)
         return quantized_experts(small, fmt, dtype, seed=seed, keep_ref=False)
-    if fmt is not None and fmt.scheme != GPTQ_INT4_G128.name:
-        raise ValueError(f"format {fmt.name}: timing weights are made for GPTQ int4 g128 and FP4 only")
+    scheme = GPTQ_INT4_G128 if fmt is None else fmt.quant
+    if fmt is not None and (scheme.group_size != 128 or scheme.act_order or scheme.has_zero_points
+                            or (scheme.bits == 4 and scheme.name != GPTQ_INT4_G128.name)):  # fmt: skip
+        raise ValueError(f"format {fmt.name}: timing weights are made for GPTQ int4/int8 g128, FP8 g128 and FP4 only")
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    k, n, e, group = shape.hidden, shape.intermediate, local_experts, GPTQ_INT4_G128.group_size
+    k, n, e, group = shape.hidden, shape.intermediate, local_experts, scheme.group_size
+    per_int32 = 32 // scheme.bits  # values packed in one int32
 
     def bits(*size):
+        if scheme.quant_type == "float8_e4m3fn":  # random FP8 codes, NaN codes (0x7F, 0xFF) replaced by zero
+            b = torch.randint(0, 256, (*size[:-1], size[-1] * 4), device="cuda", dtype=torch.uint8, generator=gen)
+            return b.masked_fill_((b & 0x7F) == 0x7F, 0).view(torch.int32)
         return torch.randint(-(2**31), 2**31 - 1, size, device="cuda", dtype=torch.int32, generator=gen)
 
     def scales(*size):
@@ -209,10 +216,10 @@ def random_packed_experts(shape: Shape, dtype: torch.dtype, *, local_experts: in
     if fmt is not None and fmt.input_dtype == "int8":
         int8_factor = torch.tensor(0.02 / 4096, device="cuda", dtype=torch.float32)
     return Experts(
-        scheme=GPTQ_INT4_G128,
-        quant_type_id=_scalar_type(GPTQ_INT4_G128.quant_type).id,
-        w1=bits(e, k // 16, 2 * n * 2),  # 4-bit: (K/16, 2N * 16 / 8)
-        w2=bits(e, n // 16, k * 2),
+        scheme=scheme,
+        quant_type_id=_scalar_type(scheme.quant_type).id,
+        w1=bits(e, k // 16, 2 * n * 16 // per_int32),  # Marlin's tiles of 16 rows: (K/16, 2N * 16 / per int32)
+        w2=bits(e, n // 16, k * 16 // per_int32),
         s1=scales(e, k // group, 2 * n),
         s2=scales(e, n // group, k),
         input_global_scale1=int8_factor,

@@ -117,14 +117,16 @@ def capture_plan(case_id: str, captures: int) -> list[tuple[tuple[str, str], int
     return plan
 
 
-def time_in_captures(runner, case_id: str, captures: int, rounds: int, capture) -> tuple[dict, dict]:
-    """The timing method of every bench: per capture of ``capture_plan``, fresh inputs behind a pad
-    (``runner.start_capture``), a fresh graph of each build (``capture(name)``) in the capture's order, then
-    ``rounds`` pairs of timings A B, B A, ... (sample i of each build is a pair). Returns the samples and the
-    capture of each sample, by build."""
-    samples: dict[str, list[float]] = {"base": [], "candidate": []}
-    capture_of: dict[str, list[int]] = {"base": [], "candidate": []}
-    for b, (order, pad_bytes) in enumerate(capture_plan(case_id, captures)):
+def time_in_captures(runner, case_id: str, captures: int, rounds: int, capture,
+                     plan: list | None = None) -> tuple[dict, dict]:  # fmt: skip
+    """The timing method of every bench: per capture of ``plan`` (``capture_plan``'s by default: the two builds),
+    fresh inputs behind a pad (``runner.start_capture``), a fresh graph of each name (``capture(name)``) in the
+    capture's order, then ``rounds`` timings of each, the order reversed every round (A B, B A, ...: with two
+    builds, sample i of each is a pair). Returns the samples and the capture of each sample, by name."""
+    plan = capture_plan(case_id, captures) if plan is None else plan
+    samples: dict[str, list[float]] = {name: [] for name in sorted(plan[0][0])}
+    capture_of: dict[str, list[int]] = {name: [] for name in samples}
+    for b, (order, pad_bytes) in enumerate(plan):
         pad = runner.start_capture(b, pad_bytes)
         graphs = {name: capture(name) for name in order}
         for name in stats.interleaved_order(rounds, order):
@@ -132,6 +134,17 @@ def time_in_captures(runner, case_id: str, captures: int, rounds: int, capture) 
             capture_of[name].append(b)
         del graphs, pad
     return samples, capture_of
+
+
+def timing_experts(case: BenchCase, local_experts: int):
+    """Random weights in Marlin's packed layout for one rank of ``case`` (``weights.random_packed_experts``)."""
+    import torch
+
+    from ci.kernel import moe_case as mc
+    from ci.kernel import weights
+
+    shape = mc.Shape(case.shape_name, case.hidden, case.intermediate, case.experts, case.topk)
+    return weights.random_packed_experts(shape, torch.bfloat16, local_experts=local_experts, seed=7, fmt=case.format)
 
 
 def run_case(runner: CaseRunner, variants, repeats: int, captures: int = DEFAULT_CAPTURES, *,
@@ -206,7 +219,6 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
     import torch
 
     from ci.kernel import moe_case as mc
-    from ci.kernel import weights
     from ci.trees import contracts
     from ci.trees.variants import Variant, load_variants, put_base_first
 
@@ -222,9 +234,7 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
         if key != weights_key:
             experts, weights_key = None, key
             torch.cuda.empty_cache()
-            shape = mc.Shape(case.shape_name, case.hidden, case.intermediate, case.experts, case.topk)
-            local = mc.rank_view(case.experts, case.ep, 0).local_ids.numel()
-            experts = weights.random_packed_experts(shape, torch.bfloat16, local_experts=local, seed=7, fmt=case.format)
+            experts = timing_experts(case, mc.rank_view(case.experts, case.ep, 0).local_ids.numel())
         try:
             result = run_case(CaseRunner(case, experts), variants, repeats, captures,
                               block_size_repeats=block_size_repeats, inject=inject, sleep=sleep,

@@ -33,8 +33,7 @@ from pathlib import Path
 from ci.core.cli import run_main
 from ci.core.errors import DataError, IncompleteEvidenceError, UsageError
 from ci.core.jsonio import read_json, write_json
-from ci.kernel.shapes import MODELS
-from ci.kernel.suites import BenchCase, runnable_block_sizes
+from ci.kernel.suites import MODEL_SHAPES, BenchCase, runnable_block_sizes
 
 KIND = "marlin-tile-sweep"
 SCHEMA_VERSION = 1
@@ -83,14 +82,15 @@ def grid_cases(grid: str, pattern: str | None = None) -> list[BenchCase]:
     if grid not in GRIDS:
         raise UsageError(f"--grid {grid!r}: unknown; choose one of {sorted(GRIDS)}")
     g, b = GRIDS[grid], GRIDS[grid]["batched"]
-    cases = [BenchCase(s, *_dims(s), ep=ep, tokens_per_rank=t, quant=_quant_on(s, f))
+    cases = [BenchCase(s, *MODEL_SHAPES[s], ep=ep, tokens_per_rank=t, quant=_quant_on(s, f))
              for f in g["formats"] for ep in g["ep"] for s in g["shapes"] for t in g["tokens"]]  # fmt: skip
     for s in b["shapes"]:
         for f in b["formats"]:
             for cap in b["capacities"]:
                 ep, rows = _batched_ep(cap)
-                cases += [BenchCase(s, *_dims(s), ep=ep, tokens_per_rank=t, quant=_quant_on(s, f), path="batched",
-                                    per_dispatcher=rows) for t in b["tokens"] if t <= rows]  # fmt: skip
+                cases += [BenchCase(s, *MODEL_SHAPES[s], ep=ep, tokens_per_rank=t, quant=_quant_on(s, f),
+                                    path="batched", per_dispatcher=rows)
+                          for t in b["tokens"] if t <= rows]  # fmt: skip
     cases.sort(key=lambda c: _priority(g, c))  # stable: the loads of one weight set stay together, in order
     if pattern:
         globs = [p for p in pattern.split(",") if p]
@@ -109,11 +109,6 @@ def _priority(g: dict, case: BenchCase) -> tuple:
     fmt = next(i for i, f in enumerate(g["formats"]) if _quant_on(case.shape_name, f) == case.quant)
     ep = EP_PRIORITY.index(case.ep) if case.ep in EP_PRIORITY else len(EP_PRIORITY)
     return (fmt, case.path == "batched", 0 if case.path == "batched" else ep)
-
-
-def _dims(shape: str) -> tuple[int, int, int, int]:
-    m = MODELS[shape]
-    return m.hidden, m.intermediate, m.experts, m.topk
 
 
 def split_of(case: BenchCase) -> str:
@@ -225,33 +220,18 @@ def resumable(path: Path, grid: str, settings: dict) -> Sweep | None:
 
 
 def time_tiles(runner, module, tiles: Sequence[int], captures: int, rounds: int) -> tuple[dict, dict]:
-    """Every tile of ``tiles`` forced on ``module``, timed in ``captures`` fresh captures: per capture fresh
-    inputs behind a random pad, one graph per tile captured in a random order, then ``rounds`` timings of each
-    tile, the order reversed every round. Seeded by the case id: a re-run times in the same order."""
+    """Every tile of ``tiles`` forced on ``module``, timed by the bench's method
+    (``ci.kernel.bench.time_in_captures``) in ``captures`` fresh captures, each with its own random pad and
+    random order of the tiles. Seeded by the case id: a re-run times in the same order."""
+    from ci.kernel.bench import time_in_captures
+
     rng = random.Random(f"ep-marlin-gate:tile-sweep:{runner.case.id}")
-    samples: dict[str, list[float]] = {str(t): [] for t in tiles}
-    capture_of: dict[str, list[int]] = {str(t): [] for t in tiles}
-    for b in range(captures):
-        pad = runner.start_capture(b, 256 * rng.randrange(1, 4096))
-        order = rng.sample(list(tiles), len(tiles))
-        graphs = {t: runner.capture(module, forced_bm=t) for t in order}
-        for r in range(rounds):
-            for t in order if r % 2 == 0 else order[::-1]:
-                samples[str(t)].append(runner.time_us(graphs[t]))
-                capture_of[str(t)].append(b)
-        del graphs, pad
-    return samples, capture_of
-
-
-def timing_experts(case: BenchCase, local_experts: int):
-    """Random weights in Marlin's packed layout for one rank (``ci.kernel.weights.random_packed_experts``)."""
-    import torch
-
-    from ci.kernel import moe_case as mc
-    from ci.kernel import weights
-
-    shape = mc.Shape(case.shape_name, case.hidden, case.intermediate, case.experts, case.topk)
-    return weights.random_packed_experts(shape, torch.bfloat16, local_experts=local_experts, seed=7, fmt=case.format)
+    plan = []
+    for _ in range(captures):
+        pad = 256 * rng.randrange(1, 4096)
+        plan.append(([str(t) for t in rng.sample(list(tiles), len(tiles))], pad))
+    return time_in_captures(runner, runner.case.id, captures, rounds,
+                            lambda tile: runner.capture(module, forced_bm=int(tile)), plan)  # fmt: skip
 
 
 def _bar(done: int, total: int, started: float, width: int = 24) -> str:
@@ -268,7 +248,7 @@ def run_sweep(trees, cases: list[BenchCase], sweep: Sweep, out: Path, *, capture
     import torch
 
     from ci.kernel import moe_case as mc
-    from ci.kernel.bench import picked_block_size
+    from ci.kernel.bench import picked_block_size, timing_experts
     from ci.kernel.graphs import CaseRunner
     from ci.trees.variants import load_variants, put_base_first
 

@@ -459,6 +459,12 @@ def tile_sweep(session: nox.Session) -> None:
     _gpu_stage(session, "ci.kernel.tile_sweep", "tile_sweep")
 
 
+@nox.session(python=False, default=False)
+def tile_oracle(session: nox.Session) -> None:
+    """The tile sweep's analysis: regret of each rule and the fitted rule (`-- --sweep FILE[.gz] --out DIR`)."""
+    _stage(session, sys.executable, "-m", "ci.kernel.tile_oracle", *session.posargs)
+
+
 @nox.session(default=False)
 def gpu_gate(session: nox.Session) -> None:
     """The whole GPU verdict: GPU suite, kernel A/B and the verdict against the stored baseline, one exit code."""

@@ -85,6 +85,12 @@ SUITES = {
                 "small_capacities": {"shapes": ("deepseek-v3",), "ep_rows": ((1, 4), (2, 4), (8, 2), (8, 4), (8, 8)),
                                      "tokens": 1},
                 "modular": {"shapes": tuple(MODEL_SHAPES), "tokens": (1, 8, 64)}},
+    # "high_load": where the tile oracle's rule (ci/changes/tile-oracle) leaves #48144: 90.5-181 rows per expert
+    # and the loads on either side, every shape (the held-out ones too) in int4, and NVFP4 and FP8 beside it.
+    "high_load": {"shapes": tuple(MODEL_SHAPES), "ep": (1, 2, 4, 8), "tokens": (256, 512, 1024),
+                  "formats": ({"shape": "deepseek-v3", "quant": "nvfp4", "ep": (4, 8), "tokens": (256, 512, 1024)},
+                              {"shape": "mixtral-8x7b", "quant": "fp8", "ep": (1, 2, 4, 8), "tokens": (64, 128, 256)}),
+                  "modular": {"shapes": ("mixtral-8x7b",), "tokens": (512,)}},
     "quick": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "ep": (1, 8), "tokens": (8, 64),
               "batched": {"shapes": ("deepseek-v3",), "ep": (8,), "tokens": (8,)},
               "modular": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "tokens": (8, 64)}},

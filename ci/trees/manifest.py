@@ -41,6 +41,11 @@ class TreeManifest:
     def to_json(self) -> dict:
         return asdict(self)
 
+    @property
+    def base_is_release(self) -> bool:
+        """The base tree is the release's code as published: no checkout overlaid, no change taken out."""
+        return self.refs is None and not self.overlaid_files and not self.reverse
+
 
 @dataclass(frozen=True, kw_only=True)
 class Trees:

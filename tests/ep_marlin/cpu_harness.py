@@ -279,6 +279,12 @@ def observe(module: ModuleType, case: Case, inputs: Inputs) -> Observation:
     )
 
 
+def base_rules(manifest) -> dict[str, bool]:
+    """The rules the base tree of ``manifest`` may follow (``spec.base_rules``)."""
+    return spec.base_rules(manifest.vllm_version, reverse=manifest.reverse, patch_path=manifest.patch_path,
+                           overlaid=manifest.refs is not None or bool(manifest.overlaid_files))  # fmt: skip
+
+
 def block_size_mismatches(obs: Observation, case: Case, *, patched: bool) -> list[str]:
     """Differences between the block sizes the kernels received and the spec's."""
     want = spec.expected_block_size_m(

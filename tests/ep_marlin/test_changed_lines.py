@@ -30,8 +30,8 @@ WRITTEN_FOR = "0.25.1"
 
 @pytest.fixture(scope="module")
 def release(trees):
-    if trees.manifest.vllm_version != WRITTEN_FOR or trees.manifest.reverse:
-        pytest.skip(f"the crafted patches are written against vLLM {WRITTEN_FOR} (forward)")
+    if trees.manifest.vllm_version != WRITTEN_FOR or not trees.manifest.base_is_release:
+        pytest.skip(f"the crafted patches are written against vLLM {WRITTEN_FOR} as released (forward, no overlay)")
     return Release(version=trees.manifest.vllm_version, root=trees.base, source="base tree")
 
 
@@ -94,8 +94,8 @@ def test_every_non_ep_call_the_release_makes_is_in_the_grid(trees):
 def test_the_tile_a_report_states_is_the_one_the_build_picks(trees, variants, tmp_path_factory):
     """TPOT's results state each build's pick from its own code (ci.kernel.picks), not the gate's spec: the
     over-pick patch picks 16 at G == E where the base and the spec pick 8."""
-    if trees.manifest.vllm_version != WRITTEN_FOR or trees.manifest.reverse:
-        pytest.skip(f"the crafted patch is written against vLLM {WRITTEN_FOR}")
+    if trees.manifest.vllm_version != WRITTEN_FOR or not trees.manifest.base_is_release:
+        pytest.skip(f"the crafted patch is written against vLLM {WRITTEN_FOR} as released (forward, no overlay)")
     from ci.kernel import spec
     from ci.trees.variants import load_candidate
 

@@ -99,8 +99,8 @@ def test_the_shipped_changes_have_loadable_contracts():
     """Every folder of ci/changes holds a change.patch and a contract that loads, with at least one rule."""
     folders = sorted(p.parent for p in CHANGES_DIR.glob("*/change.patch"))
     assert [f.name for f in folders] == ["batched-large-tile", "batched-tile-from-load", "block-size-override",
-                                        "marlin-ep-m-estimate", "triton-ep-m-estimate", "triton-ep-m-tile",
-                                        "triton-ep-m-tile-keep64"]  # fmt: skip
+                                        "marlin-ep-m-estimate", "tile-oracle", "triton-ep-m-estimate",
+                                        "triton-ep-m-tile", "triton-ep-m-tile-keep64"]  # fmt: skip
     loaded = {f.name: contracts.load_contract(f / "contract.py") for f in folders}
     assert all(c.rules for c in loaded.values())
     assert loaded["block-size-override"].settings["override-8"] == {"VLLM_MARLIN_MOE_BLOCK_SIZE_M": "8"}

@@ -68,3 +68,35 @@ def test_one_model_registry_for_the_bench_the_gpu_suite_and_the_served_configs()
         m = shapes.MODELS[model]
         got = (c["hidden_size"], c["moe_intermediate_size"], c["num_experts"], c["num_experts_per_tok"])
         assert got == (m.hidden, m.intermediate, m.experts, m.topk), config_dir
+
+
+@pytest.mark.parametrize(("version", "has"), [("0.25.1", False), ("0.25.2.dev40+gabc", False), ("0.26.0", True),
+                                              ("0.26.0rc1", True), ("0.34.0", True), ("1.0", True)])  # fmt: skip
+def test_releases_from_0_26_hold_48144(version, has):
+    assert spec.release_has_48144(version) is has
+
+
+def test_a_version_that_is_not_one_is_refused():
+    with pytest.raises(ValueError, match="not of the form"):
+        spec.release_has_48144("main")
+
+
+@pytest.mark.parametrize(("version", "reverse", "patch", "overlaid", "rules"), [
+    ("0.25.1", False, "ci/changes/tile-oracle/change.patch", False, {"0.25.1's": False}),
+    ("0.26.0", False, "ci/changes/tile-oracle/releases/vllm-0.26.0.patch", False, {"#48144's": True}),
+    ("0.34.0", True, "ci/changes/marlin-ep-m-estimate/releases/vllm-0.34.0.patch", False, {"0.25.1's": False}),
+    ("0.26.0", True, "ci/changes/my-merged-change/change.patch", False, {"#48144's": True}),  # took another out
+    ("0.25.1", False, ".gate/refs/a-b/change.patch", True, {"0.25.1's": False, "#48144's": True}),  # a checkout
+])  # fmt: skip
+def test_the_base_rule_follows_the_release_and_what_the_build_took_out(version, reverse, patch, overlaid, rules):
+    assert spec.base_rules(version, reverse=reverse, patch_path=patch, overlaid=overlaid) == rules
+
+
+def test_the_batched_load_is_every_dispatchers_assignments_over_the_global_experts():
+    kw = {"num_dispatchers": 8, "global_experts": 256, "local_experts": 32}
+    assert spec.batched_load(capacity=1024, assignments=8, **kw) == 1  # 64 assignments over 256 experts: ceil
+    assert spec.batched_load(capacity=1024, assignments=8 * 33, **kw) == 9
+    assert spec.batched_load(capacity=4, assignments=8 * 33, **kw) == 4  # at most the capacity
+    assert spec.batched_load(capacity=64, assignments=0, **kw) == 1  # at least 1
+    assert spec.batched_load(capacity=64, assignments=None, **kw) == 64  # a direct caller: the capacity
+    assert spec.batched_load(capacity=64, assignments=10, num_dispatchers=2, global_experts=-1, local_experts=5) == 4

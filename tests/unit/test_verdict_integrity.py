@@ -659,7 +659,7 @@ def test_a_suite_or_profile_the_gate_does_not_define_is_incomplete(tmp_path):
     made_up = kernel_results("quick")
     made_up.suite = "mine"
     assert evidence.run_problems(made_up)[0] == (
-        "suite 'mine' is not one the kernel bench defines (default, quick): "
+        "suite 'mine' is not one the kernel bench defines (default, high_load, quick): "
         "these results were not written by this gate's bench; re-run it"
     )
     tpot = load_results(X1 / "tpot-pr-aa.json")  # one launch pair of 8 rounds: the pr profile runs 9 pairs of 1

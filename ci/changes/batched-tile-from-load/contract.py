@@ -19,9 +19,6 @@ CHANGES_BATCHED = True
 
 def batched_block_size_m(*, capacity, assignments, num_dispatchers, global_experts, local_experts,
                          input_itemsize, env):  # fmt: skip
-    if assignments is None:  # a direct caller: no load known
-        load = capacity
-    else:
-        experts = global_experts if global_experts > 0 else local_experts
-        load = min(max(-(-assignments * num_dispatchers // experts), 1), capacity)
+    load = spec.batched_load(capacity=capacity, assignments=assignments, num_dispatchers=num_dispatchers,
+                             global_experts=global_experts, local_experts=local_experts)  # fmt: skip
     return spec.pick_block_size_m(load, 1, 1, input_itemsize)

@@ -1,0 +1,186 @@
+"""The tile oracle's analysis: fastest tile and regret per case, the fitted rule, the shipped change agrees."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from ci.core.errors import DataError, UsageError
+from ci.kernel import spec
+from ci.kernel import tile_oracle as to
+from ci.kernel import tile_sweep as ts
+from ci.trees import contracts
+
+ROOT = Path(__file__).parents[2]
+STORED = ROOT / "reports/nvidia-h200-x1/tile-oracle"
+CHANGE = ROOT / "ci/changes/tile-oracle"
+
+
+def _case(cid: str, r: float, times: dict[int, float], *, split="fitted", itemsize=2, candidate=None,
+          base=64, jitter=0.002) -> ts.SweepCase:  # fmt: skip
+    """One case whose tile ``t`` takes ``times[t]`` us in each of 6 captures (a capture effect of +-jitter)."""
+    caps = range(6)
+    samples = {str(t): [x * (1 + jitter * ((b % 3) - 1)) for b in caps] for t, x in times.items()}
+    info = {"rows_per_expert": r, "input_itemsize": itemsize, "split": split, "format": "f", "path": "fused"}
+    pick = to.threshold_tile(r) if candidate is None else candidate
+    return ts.SweepCase(id=cid, info=info, picks={"base": base, "candidate": pick}, samples=samples,
+                        captures={t: list(caps) for t in samples})  # fmt: skip
+
+
+def _flat(r: float, faster: int | None = None, by: float = 0.0, **kw) -> ts.SweepCase:
+    times = {t: 100.0 for t in spec.BLOCK_SIZES_M}
+    times[to.threshold_tile(r)] = 100.0
+    if faster is not None:
+        times[faster] = 100.0 / (1 + by)
+    return _case(f"c/r{r}/{faster}/{kw.get('split', 'fitted')}", r, times, **kw)
+
+
+def _fit(cases, **kw):
+    return to.fit_rule([to.case_times(c) for c in cases], **kw)
+
+
+@pytest.mark.parametrize("m,topk,experts", [(1, 8, 256), (64, 8, 32), (512, 2, 8), (37, 4, 128), (4096, 8, 256)])
+def test_threshold_tile_is_the_spec_rule_on_the_load(m, topk, experts):
+    assert to.threshold_tile(m * topk / experts) == spec.pick_block_size_m(m, topk, experts)
+
+
+def test_rule_overrides_only_its_band_and_keeps_the_one_byte_floor():
+    rule = to.TileRule(((90.5, 181.0, 48),))
+    loads = (2, 8, 64, 90.4, 90.5, 128, 180.9, 181, 512)
+    assert [rule.pick(r, 2) for r in loads] == [8, 16, 64, 64, 48, 48, 48, 64, 64]
+    assert rule.pick(2, 1) == 16 and to.TileRule().pick(2, 1) == 16 and to.TileRule().pick(128, 2) == 64
+
+
+def test_fit_overrides_a_bucket_only_for_a_gain_over_min_gain():
+    cases = [_flat(128, 48, 0.04), _flat(128, 48, 0.05), _flat(4, 16, 0.005), _flat(4, 16, 0.004)]
+    rule, evidence = _fit(cases)
+    assert rule.overrides == ((90.5, 181.0, 48),)
+    by_load = {e["load"]: e for e in evidence}
+    assert by_load[128]["best_tile"] == 48 and by_load[128]["override"] == 48
+    assert math.isclose(by_load[128]["gain"], math.exp((math.log(1.04) + math.log(1.05)) / 2) - 1, rel_tol=1e-9)
+    assert by_load[4]["override"] is None and by_load[4]["threshold_tiles"] == [8]
+    assert _fit(cases, min_gain=0.06)[0].overrides == ()
+
+
+def test_fit_merges_neighbouring_buckets_and_sees_fitted_cases_only():
+    rule, _ = _fit([_flat(128, 48, 0.05), _flat(256, 48, 0.05)])
+    assert rule.overrides == ((90.5, 362.0, 48),)
+    data = to.analyse(ts.Sweep(grid="g", provenance={}, settings={}, cases=[
+        _flat(128, 48, 0.05), _flat(8, 32, 0.5, split="held-out")]))  # fmt: skip
+    assert [list(o) for o in data["rule"]["overrides"]] == [[90.5, 181.0, 48]]
+    with pytest.raises(DataError, match="no fitted cases"):
+        to.fit_rule([])
+
+
+def test_fit_respects_the_one_byte_floor():
+    # tile 8 would be fastest, but a 1-byte input runs 16 at least: no override to a tile it cannot run
+    case = _case("c/fp8", 2, {8: 50.0, 16: 100.0, 32: 120.0}, itemsize=1, candidate=16)
+    rule, evidence = _fit([case])
+    assert rule.overrides == () and evidence[0]["best_tile"] == 8 and evidence[0]["gain"] == 0.0
+
+
+def test_regret_and_summary_name_the_fitted_gain_where_picks_differ():
+    slow64 = _flat(128, 48, 0.10)
+    same = _flat(8, None)
+    ct = to.case_times(slow64)
+    assert ct.best == 48 and ct.regret(48).ratio == 1.0
+    e = ct.regret(64)
+    assert math.isclose(e.ratio, 1.10, rel_tol=1e-6) and e.ci_low <= e.ratio <= e.ci_high
+    rule = to.TileRule(((90.5, 181.0, 48),))
+    (row,) = to.summarize([ct, to.case_times(same)], rule)
+    assert row["cases"] == 2 and row["differ"] == 1
+    assert math.isclose(row["differ_speedup_geomean"], 0.10, rel_tol=1e-6)
+    assert math.isclose(row["candidate_worst"], 0.10, rel_tol=1e-6) and row["fitted_worst"] == 0.0
+
+
+def test_tiles_timed_in_different_capture_counts_are_a_data_error():
+    case = _flat(8)
+    case.samples["8"], case.captures["8"] = case.samples["8"][:3], [0, 1, 2]
+    with pytest.raises(DataError, match="different numbers of captures"):
+        to.case_times(case)
+
+
+def test_cli_reads_the_gzip_writes_both_files_and_refuses_foreign_ones(tmp_path):
+    sweep = ts.Sweep(grid="g", provenance={"vllm": {"version": "0.25.1"}}, settings={"captures": 6},
+                     cases=[_flat(128, 48, 0.05), _flat(8)])  # fmt: skip
+    plain = tmp_path / "s.json"
+    sweep.save(plain)
+    gz = tmp_path / "s.json.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    out = tmp_path / "out"
+    assert to.main(["--sweep", str(gz), "--out", str(out)]) == 0
+    report = (out / to.REPORT_FILE).read_text()
+    assert "| 90.5 | 181 | 48 |" in report and "vLLM 0.25.1" in report
+    assert json.loads((out / to.ORACLE_FILE).read_text())["kind"] == to.KIND
+    assert to.main(["--sweep", str(plain), "--out", str(out)]) == 0  # its own files: rewritten
+    (out / to.REPORT_FILE).write_text("my notes\n")
+    with pytest.raises(UsageError, match="not written by the tile oracle"):
+        to.main(["--sweep", str(plain), "--out", str(out)])
+    assert (out / to.REPORT_FILE).read_text() == "my notes\n"
+    with pytest.raises(UsageError, match="no such file"):
+        to.main(["--sweep", str(tmp_path / "none.json"), "--out", str(out)])
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(gzip.compress(b'{"kind": "other"}'))
+    with pytest.raises(DataError, match="not a tile sweep"):
+        to.main(["--sweep", str(bad), "--out", str(tmp_path / "o2")])
+
+
+def _stored_sweep() -> Path:
+    found = sorted(STORED.glob("tile-sweep*.json.gz"))
+    assert found, f"no stored sweep in {STORED}"
+    return found[-1]
+
+
+def test_the_shipped_change_is_the_rule_fitted_on_the_stored_sweep():
+    data = to.analyse(to.read_sweep(_stored_sweep()))
+    ((lo, hi, tile),) = data["rule"]["overrides"]
+    contract = contracts.load_contract(CHANGE / contracts.CONTRACT_FILE)
+    assert contract.name == "tile-oracle" and contract.rules == ["fused_block_size_m", "batched_block_size_m"]
+    src = (CHANGE / contracts.CONTRACT_FILE).read_text()
+    assert f"OVERRIDE_FROM, OVERRIDE_BELOW, OVERRIDE_TILE = {lo}, {hi}, {tile}" in src
+    for patch in (CHANGE / "change.patch", CHANGE / "releases/vllm-0.26.0.patch"):
+        added = "".join(line[1:] for line in patch.read_text().splitlines(keepends=True) if line.startswith("+"))
+        assert re.search(rf"if {lo} <= tokens_per_expert < {hi}:\n\s+block_size_m = {tile}\n", added), patch
+
+
+@pytest.mark.parametrize("m,topk,local,glob,itemsize,want", [
+    (8 * 64, 2, 1, 8, 2, 48),  # mixtral EP 8, 64 tokens per rank: r = ceil(512 / 8) * 2 / 1 = 128
+    (8 * 512, 2, 1, 8, 2, 64),  # mixtral EP 8, 512 tokens per rank: r = 1024
+    (512, 2, 8, -1, 2, 48),  # non-EP, r = 128
+    (512, 2, 8, 8, 2, 48),  # non-EP as the modular kernel calls it (G == E)
+    (256, 2, 8, -1, 2, 64),  # r = 64: #48144's 64
+    (8 * 256, 8, 16, 128, 2, 48),  # qwen3 EP 8, 256 tokens per rank: r = ceil(2048 * 16 / 128) * 8 / 16 = 128
+    (8 * 32, 8, 32, 256, 1, 16),  # deepseek EP 8, 32 tokens per rank, 1-byte input: 8 floored to 16
+])  # fmt: skip
+def test_contract_rule_fused(m, topk, local, glob, itemsize, want):
+    rule = contracts.load_contract(CHANGE / contracts.CONTRACT_FILE).fused_block_size_m
+    assert rule(m=m, topk=topk, local_experts=local, global_experts=glob, input_itemsize=itemsize, env={}) == want
+
+
+def test_contract_rule_batched_is_keyed_on_the_load():
+    rule = contracts.load_contract(CHANGE / contracts.CONTRACT_FILE).batched_block_size_m
+    kw = {"num_dispatchers": 8, "global_experts": 256, "local_experts": 32, "input_itemsize": 2, "env": {}}
+    assert rule(capacity=1024, assignments=8, **kw) == 8  # 1 token x topk 8 per rank: 1 row per expert
+    assert rule(capacity=1024, assignments=8 * 32, **kw) == 16  # 8 rows per expert
+    assert rule(capacity=1024, assignments=None, **kw) == 64  # a direct caller: the capacity, as before
+    assert rule(capacity=128, assignments=None, **kw) == 48  # capacity 128 is in the override band
+
+
+def test_where_picks_differ_is_per_split_and_path_and_over_all():
+    rows = [{"split": "fitted", "path": "fused", "candidate": {"tile": 64, "regret": 0.05},
+             "fitted": {"tile": 48, "regret": 0.0}},
+            {"split": "held-out", "path": "batched", "candidate": {"tile": 64, "regret": 1.0},
+             "fitted": {"tile": 8, "regret": 0.0}},
+            {"split": "held-out", "path": "fused", "candidate": {"tile": 16, "regret": 0.0},
+             "fitted": {"tile": 16, "regret": 0.0}}]  # fmt: skip
+    got = {(d["split"], d["path"]): d for d in to.where_picks_differ(rows)}
+    assert set(got) == {("fitted", "fused"), ("held-out", "batched"), ("all", "fused"), ("all", "batched"),
+                        ("all", "all")}  # fmt: skip
+    assert got[("all", "all")]["cases"] == 2
+    assert math.isclose(got[("all", "all")]["speedup_geomean"], math.sqrt(1.05 * 2.0) - 1)
+    assert math.isclose(got[("all", "all")]["speedup_least"], 0.05)

@@ -5,12 +5,10 @@ interpreter's own packages are used (offline GPU hosts, with `--vllm installed`)
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import logging
 import os
 import re
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,9 +19,10 @@ import nox.command
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from ci.core.errors import ExitCode  # noqa: E402
-from ci.runner import outputs  # noqa: E402  (stdlib-only modules)
-from ci.runner.gpu import NO_GPU_MESSAGE, query  # noqa: E402
+from ci.core.errors import PYTEST_CODES, ExitCode  # noqa: E402
+from ci.host import outputs  # noqa: E402  (stdlib-only modules)
+from ci.host.gpu import NO_GPU_MESSAGE, query  # noqa: E402
+from ci.runner.stages import relay_sigterm, stage_code  # noqa: E402
 from ci.trees.sessionargs import SOURCE_OPTIONS, SessionArgs, parse_session_args  # noqa: E402
 
 nox.options.sessions = ["lint", "tests"]
@@ -33,47 +32,7 @@ OUT = Path(outputs.OUT_DIR)
 STAGE_STOP_S = 60  # after Ctrl-C or SIGTERM, a stage gets this long to stop its servers before SIGTERM/SIGKILL
 
 
-def _children() -> list[int]:
-    """This process's direct children (Linux /proc; empty elsewhere)."""
-    kids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == os.getpid():
-            kids.append(int(stat.parent.name))
-    return kids
-
-
-def _terminate_as_interrupt(signum, frame):
-    """SIGTERM (a cancelled CI job, ``kill``) stops nox like Ctrl-C: the running stage gets SIGINT (what
-    Ctrl-C would have sent it; ci.serving.tpot then stops its servers) and nox waits STAGE_STOP_S for it before
-    SIGTERM and SIGKILL, instead of dying and leaving the stage and its servers behind."""
-    for pid in _children():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGINT)
-    raise KeyboardInterrupt
-
-
-signal.signal(signal.SIGTERM, _terminate_as_interrupt)
-
-
-# pytest's own exit codes, as the gate's (ci/core/errors.py): tests failed 1 -> FAILED, interrupted 2 -> 130,
-# internal error 3 -> INTERNAL, usage error 4 and no test collected 5 (a filter that matches nothing) -> USAGE
-PYTEST_CODES = {1: int(ExitCode.FAILED), 2: 130, 3: int(ExitCode.INTERNAL), 4: int(ExitCode.USAGE),
-                5: int(ExitCode.USAGE)}  # fmt: skip
-
-
-def stage_code(returned: object, codes: dict[int, int] | None = None) -> int:
-    """The exit code nox passes on for a stage's return code: the stage's own (``codes`` translates a tool's),
-    or 128 + N for a stage killed by signal N (137: SIGKILL, e.g. out of memory), as a shell reports it;
-    never 1, the FAIL code, for a stage that did not say FAIL."""
-    if not isinstance(returned, int) or returned == 0:
-        return int(ExitCode.INTERNAL)  # nox raised without a code: not a verdict
-    if returned < 0:
-        return 128 - returned
-    return (codes or {}).get(returned, returned)
+relay_sigterm()
 
 
 def _stage(session: nox.Session, *args: str, codes: dict[int, int] | None = None) -> None:
@@ -160,8 +119,10 @@ def check_options(session: nox.Session, args: SessionArgs, *tool: str) -> None:
     known = set(OPTION.findall(helptext)) | set(SOURCE_OPTIONS)
     unknown = [a for a in given if a not in known]
     if unknown:
-        hints = [f"{a} (did you mean {' or '.join(m)}?)" if (m := difflib.get_close_matches(a, known, 2, 0.6)) else a
-                 for a in unknown]  # fmt: skip
+        hints = [
+            f"{a} (did you mean {' or '.join(m)}?)" if (m := difflib.get_close_matches(a, known, 2, 0.6)) else a
+            for a in unknown
+        ]
         session.log(
             f"unknown option {', '.join(hints)}: neither the gate's options nor {' '.join(tool[-2:])} take "
             "it; nothing was built. Options are spelled out in full (no abbreviations): docs/sessions.md"
@@ -201,8 +162,9 @@ def _install_vllm_deps(session: nox.Session, args: SessionArgs, *, gpu: bool) ->
     return False
 
 
-def _build(session: nox.Session, args: SessionArgs, *, locked: bool = False, name: str | None = None,
-           python: str | None = None) -> Path:  # fmt: skip
+def _build(
+    session: nox.Session, args: SessionArgs, *, locked: bool = False, name: str | None = None, python: str | None = None
+) -> Path:
     """Build the trees. ``locked``: the session's venv holds the release from its hash lock, so the trees
     take that vLLM (no second, unverified download) and its version must be the one asked for."""
     trees = Path(".gate") / "trees" / (name or session.name)
@@ -255,10 +217,11 @@ def _zizmor(session: nox.Session, *args: str, inputs: Sequence[str]) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Ruff over the code; zizmor and the GitHub JSON schemas over every workflow, example and action."""
+    """Ruff and the import layers (import-linter) over the code; zizmor and the GitHub schemas over the workflows."""
     _install(session, "-r", "requirements/lint.txt")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("lint-imports")  # ci/'s layers, [tool.importlinter] in pyproject.toml: no import points upwards
     workflows, actions = workflow_files()
     _zizmor(session, inputs=[*workflows, *actions])
     _zizmor(session, "--persona=auditor", inputs=[*workflows, *actions])  # the self-hosted-runner audits too
@@ -294,7 +257,7 @@ def tests(session: nox.Session) -> None:
 
 
 # the mutant checks test the gate's own checks (can they catch known-wrong candidates?), not the change
-GATE_OWN_CHECKS = ("--ignore=tests/ep_marlin/test_mutants.py",)
+GATE_OWN_CHECKS = ("--ignore=tests/ep_marlin/test_mutants.py", "--ignore=tests/triton_moe/test_mutants.py")
 
 
 @nox.session(default=False)
@@ -328,8 +291,9 @@ def _tier_on_release(session: nox.Session, release: str, rest: Sequence[str]) ->
 
     unpacked = fetch_release(release, GATE_DIR / "cache")
     try:
-        deps = write_requirements(metadata_of(unpacked.root), GATE_DIR / "deps" / f"vllm-{release}.txt",
-                                  version=release)  # fmt: skip
+        deps = write_requirements(
+            metadata_of(unpacked.root), GATE_DIR / "deps" / f"vllm-{release}.txt", version=release
+        )
     except ValueError as exc:  # e.g. a URL requirement: never installed
         session.error(f"vLLM {release}'s metadata: {exc}")
     session.log(f"vLLM {release}'s dependencies for the CPU tier, from its Requires-Dist: {deps}")
@@ -339,8 +303,9 @@ def _tier_on_release(session: nox.Session, release: str, rest: Sequence[str]) ->
     torch_index = os.environ.get("GATE_TORCH_INDEX_URL")
     session.run(*pip, torch, *(["--index-url", torch_index] if torch_index else []))
     test_txt = REQUIREMENTS / "test.txt"  # only the runner: the rest of test.txt pins numpy, releases pin their own
-    session.run(*pip, "-r", str(deps), _pin(test_txt, "pytest"), _pin(test_txt, "pytest-xdist"),
-                _pin(test_txt, "coverage"))  # fmt: skip
+    session.run(
+        *pip, "-r", str(deps), _pin(test_txt, "pytest"), _pin(test_txt, "pytest-xdist"), _pin(test_txt, "coverage")
+    )
     check_options(session, args, python, "-m", "pytest")
     manifest = _build(session, args, name=f"tests-vllm-{release}", python=python)
     workers = os.environ.get("GATE_TEST_WORKERS", "auto")
@@ -366,8 +331,9 @@ def tests_release(session: nox.Session) -> None:
         session.log(f"tests_release: {exc}")
         raise SystemExit(int(exc.exit_code)) from None
     if any(a == "--vllm" or a.startswith("--vllm=") for a in rest):
-        session.error("this session picks the vLLM with --release newest|X.Y.Z (each its own environment): "
-                      "leave out --vllm")  # fmt: skip
+        session.error(
+            "this session picks the vLLM with --release newest|X.Y.Z (each its own environment): leave out --vllm"
+        )
     newest = newest_on_index() if "newest" in asked else None
     releases = list(dict.fromkeys(newest if r == "newest" else r for r in asked))
     ahead = None
@@ -403,8 +369,17 @@ def releases(session: nox.Session) -> None:
     from ci.trees.release import DEFAULT_VLLM
 
     followed = [DEFAULT_VLLM, *FOLLOWED_RELEASES]
-    session.run(_python(session), "-m", "ci.trees.newest", "--followed", *followed, "--cache", str(GATE_DIR / "cache"),
-                *session.posargs, external=True)  # fmt: skip
+    session.run(
+        _python(session),
+        "-m",
+        "ci.trees.newest",
+        "--followed",
+        *followed,
+        "--cache",
+        str(GATE_DIR / "cache"),
+        *session.posargs,
+        external=True,
+    )
 
 
 @nox.session(default=False)
@@ -431,9 +406,19 @@ def gpu_tests(session: nox.Session) -> None:
     """GPU equivalence suite of the change's subject, one pytest-xdist worker per GPU (stops without a GPU)."""
     n_gpus, args, manifest = _gpu_session(session, "pytest")
     out = _out(session, args)
-    _pytest(session, manifest, _subject_tier(manifest), "-m", "gpu", "--require-gpu", "-n", str(n_gpus),
-            f"--junitxml={out / outputs.SUITE_JUNIT}", f"--gate-summary={out / outputs.SUITE_SUMMARY}",
-            *args.rest)  # fmt: skip
+    _pytest(
+        session,
+        manifest,
+        _subject_tier(manifest),
+        "-m",
+        "gpu",
+        "--require-gpu",
+        "-n",
+        str(n_gpus),
+        f"--junitxml={out / outputs.SUITE_JUNIT}",
+        f"--gate-summary={out / outputs.SUITE_SUMMARY}",
+        *args.rest,
+    )
 
 
 BENCH_RESULTS = OUT / "bench" / outputs.KERNEL_RESULTS
@@ -441,7 +426,7 @@ BENCH_RESULTS = OUT / "bench" / outputs.KERNEL_RESULTS
 
 def _gpu_stage(session: nox.Session, module: str, folder: str = "") -> None:
     """The shape of the GPU stages: stop without a GPU, install, build trees, run ``module`` with the session's
-    --out folder (or ``folder`` in it); the stage names its files there (ci/runner/outputs.py)."""
+    --out folder (or ``folder`` in it); the stage names its files there (ci/host/outputs.py)."""
     _, args, manifest = _gpu_session(session, module)
     out = _out(session, args) / folder
     _stage(session, _python(session), "-m", module, "--manifest", str(manifest), "--out", str(out), *args.rest)
@@ -470,8 +455,18 @@ def gpu_gate(session: nox.Session) -> None:
     """The whole GPU verdict: GPU suite, kernel A/B and the verdict against the stored baseline, one exit code."""
     n_gpus, args, manifest = _gpu_session(session, "ci.runner.gpu_gate")
     workers = ["--workers", str(n_gpus)] if "--workers" not in args.rest else []
-    _stage(session, _python(session), "-m", "ci.runner.gpu_gate", "--manifest", str(manifest), "--out",
-           str(_out(session, args)), *workers, *args.rest)  # fmt: skip
+    _stage(
+        session,
+        _python(session),
+        "-m",
+        "ci.runner.gpu_gate",
+        "--manifest",
+        str(manifest),
+        "--out",
+        str(_out(session, args)),
+        *workers,
+        *args.rest,
+    )
 
 
 @nox.session(default=False)
@@ -572,10 +567,20 @@ def lock(session: nox.Session) -> None:
     # numpy comes from vLLM's own constraint (0.25.1 needs numpy < 2.4; the CPU tier pins 2.4.6)
     tools = [line for line in (REQUIREMENTS / "test.txt").read_text().splitlines() if line.split("==")[0] != "numpy"]
     source = REQUIREMENTS / f"gpu-vllm-{args.vllm}.in"
-    source.write_text(f"# input of gpu-vllm-{args.vllm}.lock (nox -s lock -- --vllm {args.vllm})\n"
-                      f"vllm=={args.vllm}\n" + "\n".join(t for t in tools if not t.startswith("#")) + "\n")  # fmt: skip
-    session.run(*uv, "--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_28",
-                str(source.relative_to(ROOT)), "-o", str(gpu_lock(args.vllm).relative_to(ROOT)))  # fmt: skip
+    source.write_text(
+        f"# input of gpu-vllm-{args.vllm}.lock (nox -s lock -- --vllm {args.vllm})\n"
+        f"vllm=={args.vllm}\n" + "\n".join(t for t in tools if not t.startswith("#")) + "\n"
+    )
+    session.run(
+        *uv,
+        "--python-version",
+        "3.12",
+        "--python-platform",
+        "x86_64-manylinux_2_28",
+        str(source.relative_to(ROOT)),
+        "-o",
+        str(gpu_lock(args.vllm).relative_to(ROOT)),
+    )
 
 
 # Actions that act would fetch from the network, and the local stand-ins it uses instead.

@@ -45,9 +45,19 @@ def _run(act: list[str], workflow: str, inputs: dict, env: dict[str, str], log: 
     event = log.with_suffix(".event.json")
     event.write_text(json.dumps({"repository": {"default_branch": "main"}, "inputs": inputs}))
     # no git remote: act then names the repository nektos/act, whatever the clone's origin is (a path in CI)
-    cmd = [*act, "--remote-name", "gate-act-no-remote", "-W", workflow, "workflow_dispatch", "-e", str(event),
-           "-s", "GITHUB_TOKEN=act-local",
-           *[x for k, v in env.items() for x in ("--env", f"{k}={v}")]]  # fmt: skip
+    cmd = [
+        *act,
+        "--remote-name",
+        "gate-act-no-remote",
+        "-W",
+        workflow,
+        "workflow_dispatch",
+        "-e",
+        str(event),
+        "-s",
+        "GITHUB_TOKEN=act-local",
+        *[x for k, v in env.items() for x in ("--env", f"{k}={v}")],
+    ]
     with open(log, "w") as fh:
         code = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, check=False).returncode
     return code, re.sub(r"\x1b\[[0-9;]*m", "", log.read_text())
@@ -57,8 +67,9 @@ def main(act: list[str]) -> int:
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
     sha = head.stdout.strip()
     port = _free_port()
-    stub = subprocess.Popen([sys.executable, str(STUB), "--port", str(port), "--pr", str(PR), "--sha", sha,
-                             "--ref", f"{BRANCH}={sha}"])  # fmt: skip
+    stub = subprocess.Popen(
+        [sys.executable, str(STUB), "--port", str(port), "--pr", str(PR), "--sha", sha, "--ref", f"{BRANCH}={sha}"]
+    )
     time.sleep(0.5)
     env = {"GITHUB_API_URL": f"http://127.0.0.1:{port}", "GATE_ACT_SOURCE": str(ROOT)}
     logs = Path(tempfile.mkdtemp(prefix="act-gpu-"))
@@ -70,12 +81,22 @@ def main(act: list[str]) -> int:
             failures.append(name)
 
     try:
-        dispatch = {"pr": str(PR), "sha": sha, "vllm": "0.25.1",
-                    "patch": "ci/changes/marlin-ep-m-estimate/change.patch",
-                    "suite": "quick", "tpot": False, "gpus": "2"}  # fmt: skip
+        dispatch = {
+            "pr": str(PR),
+            "sha": sha,
+            "vllm": "0.25.1",
+            "patch": "ci/changes/marlin-ep-m-estimate/change.patch",
+            "suite": "quick",
+            "tpot": False,
+            "gpus": "2",
+        }
         code, text = _run(act, ".github/workflows/gpu-gate.yml", dispatch, env, logs / "1-reviewed.log")
-        reviewed = (f"head is {sha}, the reviewed commit" in text and f"checkout stand-in: gate at {sha}" in text
-                    and "Successfully installed" in text and NO_GPU in text)  # fmt: skip
+        reviewed = (
+            f"head is {sha}, the reviewed commit" in text
+            and f"checkout stand-in: gate at {sha}" in text
+            and "Successfully installed" in text
+            and NO_GPU in text
+        )
         expect(
             "reviewed SHA",
             code != 0 and reviewed,
@@ -83,23 +104,34 @@ def main(act: list[str]) -> int:
         )
         moved = {**dispatch, "sha": "0" * 40}
         code, text = _run(act, ".github/workflows/gpu-gate.yml", moved, env, logs / "2-moved.log")
-        expect("moved head", code != 0 and f"its head is {sha}, not the reviewed {'0' * 40}" in text
-               and "checkout stand-in: gate at" not in text and "GPU equivalence suite" not in text,
-               "authorize failed with UNTRUSTED; no job checked out code of the pull request")  # fmt: skip
+        expect(
+            "moved head",
+            code != 0
+            and f"its head is {sha}, not the reviewed {'0' * 40}" in text
+            and "checkout stand-in: gate at" not in text
+            and "GPU equivalence suite" not in text,
+            "authorize failed with UNTRUSTED; no job checked out code of the pull request",
+        )
         caller = {"head": "", "base": "origin/main", "vllm": "0.25.1"}
         code, text = _run(act, ".github/examples/vllm-fork-gpu-gate.yml", caller, env, logs / "3-caller.log")
         ran = "checkout stand-in: gate at" in text and NO_GPU in text
         expect("fork caller", code != 0 and ran, "the reusable workflow ran through the caller and stopped at NO_GPU")
         branch = {**caller, "head": BRANCH, "sha": sha}
         code, text = _run(act, ".github/examples/vllm-fork-gpu-gate.yml", branch, env, logs / "4-branch.log")
-        pinned = (f"trust: nektos/act {BRANCH} is {sha}, the reviewed commit" in text
-                  and f"checkout stand-in: vllm-src at {sha}" in text)  # fmt: skip
+        pinned = (
+            f"trust: nektos/act {BRANCH} is {sha}, the reviewed commit" in text
+            and f"checkout stand-in: vllm-src at {sha}" in text
+        )
         expect("fork branch", pinned, "the branch pointed at the reviewed SHA; that commit was checked out")
         moved = {**branch, "sha": "0" * 40}
         code, text = _run(act, ".github/examples/vllm-fork-gpu-gate.yml", moved, env, logs / "5-branch-moved.log")
-        expect("fork branch moved", code != 0 and f"points at {sha}, not the reviewed {'0' * 40}" in text
-               and "checkout stand-in: vllm-src" not in text,
-               "the job stopped with UNTRUSTED before any code of the branch was checked out")  # fmt: skip
+        expect(
+            "fork branch moved",
+            code != 0
+            and f"points at {sha}, not the reviewed {'0' * 40}" in text
+            and "checkout stand-in: vllm-src" not in text,
+            "the job stopped with UNTRUSTED before any code of the branch was checked out",
+        )
     finally:
         stub.terminate()
     print(f"act_gpu: logs in {logs}")

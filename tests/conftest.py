@@ -75,8 +75,12 @@ def pytest_configure(config: pytest.Config) -> None:
             _import_quietly(trees)
         elif config.getoption("numprocesses", None):
             config.stash[IMPORT_CHECK_KEY] = subprocess.Popen(
-                [sys.executable, "-c", IMPORT_CHECK, str(manifest)], cwd=ROOT, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True)  # fmt: skip
+                [sys.executable, "-c", IMPORT_CHECK, str(manifest)],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
         else:
             _exit_unless_importable(trees)
         # the change's lines, measured from here on: after the base's vLLM is imported (its import runs no
@@ -146,8 +150,10 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     out, err = check.communicate()
     if check.returncode != 0:
         why = out.strip() or err.strip()[-2000:] or f"exit code {check.returncode}"
-        pytest.exit(why if why.startswith("gate: ") else f"gate: the base tree's vLLM does not import: {why}",
-                    returncode=check.returncode)  # fmt: skip
+        pytest.exit(
+            why if why.startswith("gate: ") else f"gate: the base tree's vLLM does not import: {why}",
+            returncode=check.returncode,
+        )
 
 
 def pin_xdist_worker() -> None:
@@ -155,7 +161,7 @@ def pin_xdist_worker() -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if not worker.startswith("gw"):
         return
-    from ci.runner.gpu import query
+    from ci.host.gpu import query
 
     _, gpus = query()
     if gpus:
@@ -269,5 +275,6 @@ def pytest_terminal_summary(terminalreporter) -> None:
         from ci.trees.contracts import NO_CONTRACT
 
         contract = trees.manifest.contract
-        terminalreporter.write_line(f"change: {trees.manifest.patch_path}; "
-                                    f"{contract['describe'] if contract else NO_CONTRACT}")  # fmt: skip
+        terminalreporter.write_line(
+            f"change: {trees.manifest.patch_path}; {contract['describe'] if contract else NO_CONTRACT}"
+        )

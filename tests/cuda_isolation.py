@@ -124,8 +124,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
         line_coverage.flush()  # what this worker measured of the change's lines counts
         os._exit(EXIT_CODE)
     if item.get_closest_marker("gpu") is not None:
-        item.add_marker(pytest.mark.skip(reason=f"the CUDA context was broken by {_broken_by}; run under xdist "
-                                         "(nox -s gpu_tests) to run the rest in a fresh process"))  # fmt: skip
+        item.add_marker(
+            pytest.mark.skip(
+                reason=f"the CUDA context was broken by {_broken_by}; run under xdist "
+                "(nox -s gpu_tests) to run the rest in a fresh process"
+            )
+        )
     return None
 
 

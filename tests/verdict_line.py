@@ -14,33 +14,52 @@ import pytest
 # test (file::function) -> (what failed, the path, what to do)
 CHECKS = {
     "test_block_size_selection.py::test_base_follows_the_release_rule": (
-        "the base tree does not pick the release's tile (ci/kernel/spec.py)", "fused",
-        "the oracle does not fit this vLLM release: a bug of the gate for it, not of the change; report it"),
+        "the base tree does not pick the release's tile (ci/moe/spec.py)",
+        "fused",
+        "the oracle does not fit this vLLM release: a bug of the gate for it, not of the change; report it",
+    ),
     "test_block_size_selection.py::test_candidate_keeps_the_invariants_and_its_contract": (
-        "the candidate breaks a universal invariant or its contract's rule", "fused",
-        "fix the change, or the rule in its contract.py if the rule is wrong"),
+        "the candidate breaks a universal invariant or its contract's rule",
+        "fused",
+        "fix the change, or the rule in its contract.py if the rule is wrong",
+    ),
     "test_block_size_selection.py::test_undeclared_paths_keep_the_base_arguments": (
-        "a path the change does not declare hands the kernels other arguments", "fused",
-        "revert that part of the change, or declare the path in its contract.py (CHANGES_NON_EP / CHANGES_EP)"),
+        "a path the change does not declare hands the kernels other arguments",
+        "fused",
+        "revert that part of the change, or declare the path in its contract.py (CHANGES_NON_EP / CHANGES_EP)",
+    ),
     "test_block_size_selection.py::test_the_change_states_its_rule": (
-        "the change's contract states no rule", "fused", "add fused_block_size_m or batched_block_size_m to it"),
+        "the change's contract states no rule",
+        "fused",
+        "add fused_block_size_m or batched_block_size_m to it",
+    ),
     "test_batched_path.py::test_base_follows_the_release_rule": (
-        "the base tree does not pick the release's batched tile (ci/kernel/spec.py)", "batched",
-        "the oracle does not fit this vLLM release: a bug of the gate for it, not of the change; report it"),
+        "the base tree does not pick the release's batched tile (ci/moe/spec.py)",
+        "batched",
+        "the oracle does not fit this vLLM release: a bug of the gate for it, not of the change; report it",
+    ),
     "test_batched_path.py::test_candidate_keeps_the_invariants_and_its_contract": (
-        "the candidate breaks a universal invariant or its contract's batched rule", "batched",
-        "fix the change, or the rule in its contract.py if the rule is wrong"),
+        "the candidate breaks a universal invariant or its contract's batched rule",
+        "batched",
+        "fix the change, or the rule in its contract.py if the rule is wrong",
+    ),
     "test_batched_path.py::test_batched_arguments_are_the_base_unless_declared": (
-        "the batched path, which the change does not declare, hands the kernels other arguments", "batched",
-        "revert that part of the change, or declare the path in its contract.py (CHANGES_BATCHED = True)"),
+        "the batched path, which the change does not declare, hands the kernels other arguments",
+        "batched",
+        "revert that part of the change, or declare the path in its contract.py (CHANGES_BATCHED = True)",
+    ),
     "test_fused_experts_config.py::test_each_launch_gets_the_specified_config_and_the_aligner_the_same_tile": (
-        "the base tree does not launch the release's Triton config (ci/triton_moe/spec.py)", "triton",
-        "the oracle does not fit this vLLM release: a bug of the gate for it, not of the change; report it"),
+        "the base tree does not launch the release's Triton config (ci/triton_moe/spec.py)",
+        "triton",
+        "the oracle does not fit this vLLM release: a bug of the gate for it, not of the change; report it",
+    ),
     "test_candidate_config.py::test_the_candidate_launches_what_its_contract_says": (
         "the candidate's Triton config breaks an invariant, a path it does not declare or its contract's rule",
-        "triton", "fix the change, or triton_config in its contract.py if the rule is wrong, or declare the path "
-        "(CHANGES_NON_EP / CHANGES_EP)"),
-}  # fmt: skip
+        "triton",
+        "fix the change, or triton_config in its contract.py if the rule is wrong, or declare the path "
+        "(CHANGES_NON_EP / CHANGES_EP)",
+    ),
+}
 GPU_SUITE = "test_gpu_equivalence.py"
 GPU_CHECK = (
     "the candidate's outputs fail a numerical check on the GPU",
@@ -96,14 +115,15 @@ def first_case(message: str | None) -> str:
 def _todo(todo: str, has_contract: bool) -> str:
     if has_contract:
         return todo
-    return (todo.replace("fix the change, or the rule in its contract.py if the rule is wrong", "fix the change "
-                         "(it has no contract, so only the universal invariants and the non-EP promise hold)")
-            .replace("or declare the path in its contract.py", "or give the change a contract.py that declares the "
-                     "path"))  # fmt: skip
+    return todo.replace(
+        "fix the change, or the rule in its contract.py if the rule is wrong",
+        "fix the change (it has no contract, so only the universal invariants and the non-EP promise hold)",
+    ).replace("or declare the path in its contract.py", "or give the change a contract.py that declares the path")
 
 
-def verdict_line(failed: list[str], passed: int, tier: str | None, *, first_message: str | None = None,
-                 has_contract: bool = True) -> str | None:  # fmt: skip
+def verdict_line(
+    failed: list[str], passed: int, tier: str | None, *, first_message: str | None = None, has_contract: bool = True
+) -> str | None:
     """The line for ``failed`` test ids (``passed`` passed) of a run of ``tier`` (``tier_of``): None when no
     check of the change ran. ``first_message``: the first failed check's assertion message (its first case is
     quoted); ``has_contract``: whether the change has a contract (the advice says what to fix accordingly)."""
@@ -119,10 +139,14 @@ def verdict_line(failed: list[str], passed: int, tier: str | None, *, first_mess
         more = f"; and {len(own)} other failure(s)" if own else ""
         case = first_case(first_message)
         quoted = f"; first case: {case}" if case else ""
-        return (f"gate: {tier} FAIL: {what}, on {' and '.join(paths)} ({len(checks)} failed test(s), first: "
-                f"{nodeid.rsplit('/', 1)[-1]}{quoted}){more}. What to do: {_todo(todo, has_contract)}")  # fmt: skip
-    return (f"gate: FAIL of the gate's own tests ({len(own)}, first: {own[0].rsplit('/', 1)[-1]}): a bug of the gate "
-            "or of this environment, not a verdict on the change")  # fmt: skip
+        return (
+            f"gate: {tier} FAIL: {what}, on {' and '.join(paths)} ({len(checks)} failed test(s), first: "
+            f"{nodeid.rsplit('/', 1)[-1]}{quoted}){more}. What to do: {_todo(todo, has_contract)}"
+        )
+    return (
+        f"gate: FAIL of the gate's own tests ({len(own)}, first: {own[0].rsplit('/', 1)[-1]}): a bug of the gate "
+        "or of this environment, not a verdict on the change"
+    )
 
 
 def evidence_gaps(tier: str, ran: int, skipped: int, skip_reason: str, lines, on_gpu: bool) -> str | None:
@@ -133,21 +157,30 @@ def evidence_gaps(tier: str, ran: int, skipped: int, skip_reason: str, lines, on
 
     why = f" (first reason: {skip_reason})" if skip_reason else ""
     if ran == 0:
-        return (f"gate: {tier} INCOMPLETE: none of the change's checks of its subject ran ({skipped} skipped{why}): "
-                "nothing vouches for the change")  # fmt: skip
+        return (
+            f"gate: {tier} INCOMPLETE: none of the change's checks of its subject ran ({skipped} skipped{why}): "
+            "nothing vouches for the change"
+        )
     if skipped > ran:
-        return (f"gate: {tier} INCOMPLETE: {skipped} of the change's {skipped + ran} checks of its subject were "
-                f"skipped{why}: a PASS of the few that ran says little")  # fmt: skip
+        return (
+            f"gate: {tier} INCOMPLETE: {skipped} of the change's {skipped + ran} checks of its subject were "
+            f"skipped{why}: a PASS of the few that ran says little"
+        )
     if lines is None:
         return None
     if not lines.measured:
         return f"gate: {tier} INCOMPLETE: the change's lines were not measured: {lines.why_not_measured}"
     if lines.unexecuted:
         where = "in the GPU suite" if on_gpu else "on the CPU"
-        todo = ("add a GPU test that runs them, or remove them if no caller reaches them" if on_gpu else
-                "only the GPU suite can vouch for them: run nox -s gpu_gate on a GPU host")  # fmt: skip
-        return (f"gate: {tier} INCOMPLETE: the tests passed, but {len(lines.unexecuted)} of the change's "
-                f"{lines.statements} statements never ran {where}: {shown(lines.unexecuted)}; {todo}")  # fmt: skip
+        todo = (
+            "add a GPU test that runs them, or remove them if no caller reaches them"
+            if on_gpu
+            else "only the GPU suite can vouch for them: run nox -s gpu_gate on a GPU host"
+        )
+        return (
+            f"gate: {tier} INCOMPLETE: the tests passed, but {len(lines.unexecuted)} of the change's "
+            f"{lines.statements} statements never ran {where}: {shown(lines.unexecuted)}; {todo}"
+        )
     return None
 
 
@@ -208,8 +241,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         from ci.trees.changed_lines import LineReport, changed_statements
 
         if changed_statements(trees):  # the measuring plugin did not run (-p no:gate-line-coverage)
-            lines = LineReport(measured=False, why_not_measured="the line-coverage plugin (tests/line_coverage.py) "
-                               "did not run in this session")  # fmt: skip
+            lines = LineReport(
+                measured=False,
+                why_not_measured="the line-coverage plugin (tests/line_coverage.py) did not run in this session",
+            )
     has_contract = trees is None or trees.manifest.contract is not None
     line = verdict_line(failed, passed, tier, first_message=_failure_message(stats), has_contract=has_contract)
     if line and trees is not None and not failed and session.exitstatus == 0:

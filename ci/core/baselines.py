@@ -91,13 +91,16 @@ def comparable_problems(results: BenchResults, stored: BenchResults, side: str) 
     mine, theirs = identity(results, side), identity(stored, side)
     for key in sorted(mine.keys() | theirs.keys()):
         if mine.get(key) != theirs.get(key):
-            problems.append(f"the {side} side's {key} is {mine.get(key, 'not recorded')!r} in this run and "
-                            f"{theirs.get(key, 'not recorded')!r} in the baseline")  # fmt: skip
+            problems.append(
+                f"the {side} side's {key} is {mine.get(key, 'not recorded')!r} in this run and "
+                f"{theirs.get(key, 'not recorded')!r} in the baseline"
+            )
     return problems
 
 
-def check_comparable(results: BenchResults, stored: BenchResults, side: str, path: Path | str,
-                     results_path: Path | str) -> None:  # fmt: skip
+def check_comparable(
+    results: BenchResults, stored: BenchResults, side: str, path: Path | str, results_path: Path | str
+) -> None:
     """A :class:`DataError` (exit 7) naming both values when the baseline is not the same thing measured."""
     problems = comparable_problems(results, stored, side)
     if problems:
@@ -116,8 +119,10 @@ def record(results_path: Path, root: Path = DEFAULT_DIR, *, force: bool = False,
     if results.gpu_key()[1] == 0:
         raise UsageError(f"{results_path} names no GPU in its provenance; only GPU runs can be baselines")
     if results.settings.get("aa"):
-        raise UsageError(f"{results_path} is an A/A run (the base build against itself): it measures noise, "
-                         "not a build; record the results of an A/B run instead")  # fmt: skip
+        raise UsageError(
+            f"{results_path} is an A/A run (the base build against itself): it measures noise, "
+            "not a build; record the results of an A/B run instead"
+        )
     problems = evidence.record_problems(results)
     if problems:
         raise IncompleteEvidenceError(

@@ -39,7 +39,7 @@ EXIT_CODES = {
     stats.Verdict.NO_BASELINE: ExitCode.NO_BASELINE,
     stats.Verdict.INCOMPLETE: ExitCode.INCOMPLETE,
 }
-OUTPUT_FILES = ("verdict.json", "report.md", "plot.png")  # in the --out folder (ci.runner.outputs.VERDICT)
+OUTPUT_FILES = ("verdict.json", "report.md", "plot.png")  # in the --out folder (ci.host.outputs.VERDICT)
 OUTPUTS_MARKER = ".gate-verdict"  # in --out: the files this stage wrote there, and their sha256
 
 
@@ -75,8 +75,9 @@ class GateReport:
         return payload
 
 
-def _annotate(verdict: CaseVerdict, case: CaseResult, stored: CaseResult | None = None, side: str | None = None, *,
-              kind: str) -> CaseVerdict:  # fmt: skip
+def _annotate(
+    verdict: CaseVerdict, case: CaseResult, stored: CaseResult | None = None, side: str | None = None, *, kind: str
+) -> CaseVerdict:
     """Add what the case's subject (``ci.core.subjects``) says about it: report cells, verdict data, notes."""
     subject = subjects.subject_of(kind)
     if subject.annotate is not None:
@@ -109,8 +110,14 @@ def capture_jitter(case: CaseResult, side: str) -> list[float]:
     return stats.within_captures(samples, ids) if ids is not None and len(set(ids)) > 1 else samples
 
 
-def _judge(case: CaseResult, ref: list[float], got: list[float], effect: stats.Effect, threshold: float,
-           jitter: Sequence[Sequence[float]] | None = None) -> CaseVerdict:  # fmt: skip
+def _judge(
+    case: CaseResult,
+    ref: list[float],
+    got: list[float],
+    effect: stats.Effect,
+    threshold: float,
+    jitter: Sequence[Sequence[float]] | None = None,
+) -> CaseVerdict:
     return CaseVerdict(
         id=case.id,
         unit=case.unit,
@@ -228,6 +235,9 @@ def _report(mode, reference, results, verdicts, threshold, confidence, problems)
     )
 
 
+OUT_HELP = "folder for verdict.json, report.md and plot.png (--out-dir: older name)"
+
+
 def fraction(text: str) -> float:
     try:
         value = float(text)
@@ -252,8 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--threshold", type=fraction, default=stats.DEFAULT_THRESHOLD, help="slowdown that fails (0.03)"
     )
     parser.add_argument("--confidence", type=fraction, default=stats.DEFAULT_CONFIDENCE, help="of the interval (0.95)")
-    parser.add_argument("--out", "--out-dir", dest="out_dir", type=Path,
-                        help="folder for verdict.json, report.md and plot.png (--out-dir: older name)")  # fmt: skip
+    parser.add_argument("--out", "--out-dir", dest="out_dir", type=Path, help=OUT_HELP)
     args = parser.parse_args(argv)
     out_dir = args.out_dir or args.results.parent / f"{args.results.stem}-{args.mode}"
     _clear_outputs(out_dir)  # an earlier verdict must not outlive a run that ends in an error

@@ -30,6 +30,18 @@ class ExitCode(enum.IntEnum):
     INTERNAL = 70  # a bug in the gate itself (an unexpected exception): report it with the traceback
 
 
+# pytest's own exit codes, as the gate's: tests failed 1 -> FAILED, interrupted 2 -> 130, internal error 3 ->
+# INTERNAL, usage error 4 and no test collected 5 (a filter that matches nothing) -> USAGE. One table: the noxfile
+# and the GPU verdict (ci.runner.gpu_gate) both pass pytest's code on through it.
+PYTEST_CODES = {
+    1: int(ExitCode.FAILED),
+    2: 130,
+    3: int(ExitCode.INTERNAL),
+    4: int(ExitCode.USAGE),
+    5: int(ExitCode.USAGE),
+}
+
+
 class GateError(Exception):
     """Base class: a problem the user can fix; the message says how."""
 

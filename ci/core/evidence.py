@@ -58,17 +58,20 @@ def _case_set_problems(results: BenchResults, subject: subjects.Subject) -> list
     problems = []
     missing = [i for i in expected if i not in have]
     if missing:
-        problems.append(f"{len(missing)} of the {len(expected)} cases of suite {results.suite!r} are missing: "
-                        f"{shown(missing)}")  # fmt: skip
+        problems.append(
+            f"{len(missing)} of the {len(expected)} cases of suite {results.suite!r} are missing: {shown(missing)}"
+        )
     unexpected = [c.id for c in results.cases if c.id not in wanted]
     if unexpected:
-        problems.append(f"{len(unexpected)} cases are not in suite {results.suite!r} as the gate defines it: "
-                        f"{shown(unexpected)}")  # fmt: skip
+        problems.append(
+            f"{len(unexpected)} cases are not in suite {results.suite!r} as the gate defines it: {shown(unexpected)}"
+        )
     return problems
 
 
-def run_problems(results: BenchResults, *, sides: tuple[str, ...] = ("base", "candidate"),
-                 design_floors: bool = True) -> list[str]:  # fmt: skip
+def run_problems(
+    results: BenchResults, *, sides: tuple[str, ...] = ("base", "candidate"), design_floors: bool = True
+) -> list[str]:
     """What is missing from one run, judged on ``sides``. ``design_floors=False`` leaves out the subject's
     floors of samples and captures (its suite's design today, e.g. a profile's launch pairs), keeping the
     core's: for pooling finished runs of an earlier design (ci.core.resample), never for a verdict."""
@@ -99,8 +102,10 @@ def run_problems(results: BenchResults, *, sides: tuple[str, ...] = ("base", "ca
             elif n < floor:
                 problems.append(f"case {case.id}: {n} sample(s) of {side!r}, at least {floor} are needed")
             elif (k := subjects.captures(case, side)) < least_captures:
-                problems.append(f"case {case.id}: {k} capture(s) of {side!r}, at least {least_captures} are "
-                                "needed (the interval is over captures)")  # fmt: skip
+                problems.append(
+                    f"case {case.id}: {k} capture(s) of {side!r}, at least {least_captures} are "
+                    "needed (the interval is over captures)"
+                )
         problems += [f"case {case.id}: {p}" for p in subject.case_problems(case)]
     return problems
 

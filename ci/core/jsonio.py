@@ -64,8 +64,9 @@ def load_json(path: Path) -> Any:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: not valid JSON ({exc}); the file is corrupt: re-create it") from exc
     except RecursionError:
-        raise DataError(f"{path}: JSON nested too deeply to read; no stage of this gate writes such a file: "
-                        "re-create it") from None  # fmt: skip
+        raise DataError(
+            f"{path}: JSON nested too deeply to read; no stage of this gate writes such a file: re-create it"
+        ) from None
 
 
 def read_json(path: Path | str, *, kind: str | None, versions: tuple[int, ...]) -> dict[str, Any]:

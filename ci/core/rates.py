@@ -88,8 +88,9 @@ def check_out(out: Path) -> None:
     """The out dir is new, empty, or an earlier error-rates folder (never someone else's files; runs are added
     to an earlier table, ``continued``)."""
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / SUMMARY_JSON).exists())):
-        raise UsageError(f"--out {out}: exists and is not an error-rates folder (no {SUMMARY_JSON}); "
-                         "choose a new or empty folder")  # fmt: skip
+        raise UsageError(
+            f"--out {out}: exists and is not an error-rates folder (no {SUMMARY_JSON}); choose a new or empty folder"
+        )
 
 
 def continued(out: Path, payload: dict, keep: Sequence[str] = ()) -> dict:
@@ -104,13 +105,18 @@ def continued(out: Path, payload: dict, keep: Sequence[str] = ()) -> dict:
     earlier = read_json(path, kind=payload["kind"], versions=(payload["schema_version"],))
     ours = {k: v for k, v in payload["settings"].items() if k not in keep}
     theirs = {k: v for k, v in (earlier.get("settings") or {}).items() if k not in keep}
-    differ = [f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} now" for k in sorted(ours.keys() | theirs.keys())
-              if ours.get(k) != theirs.get(k)]  # fmt: skip
+    differ = [
+        f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} now"
+        for k in sorted(ours.keys() | theirs.keys())
+        if ours.get(k) != theirs.get(k)
+    ]
     if earlier.get("gpu") != payload["gpu"]:
         differ.append(f"gpu: {earlier.get('gpu')!r} there, {payload['gpu']!r} now")
     if differ:
-        raise UsageError(f"{path}: these runs measured something else ({'; '.join(differ)}); add runs with the same "
-                         "settings, or choose a new --out folder")  # fmt: skip
+        raise UsageError(
+            f"{path}: these runs measured something else ({'; '.join(differ)}); add runs with the same "
+            "settings, or choose a new --out folder"
+        )
     return earlier
 
 
@@ -119,8 +125,9 @@ def next_index(payload: dict, inject: float) -> int:
     return 1 + sum(1 for row in payload["runs"] if row["inject"] == inject)
 
 
-def record_run(out: Path, payload: dict, name: str, inject: float, results, wall_time_s: float, markdown,
-               **extra) -> dict:  # fmt: skip
+def record_run(
+    out: Path, payload: dict, name: str, inject: float, results, wall_time_s: float, markdown, **extra
+) -> dict:
     """Judge one run as the gate judges a change (A/B), add its row (with ``extra``) and the pooled shares to
     ``payload``, and write the table so far (``SUMMARY_JSON``, ``SUMMARY_MD`` by ``markdown``) into ``out``."""
     gate = compare_ab(results, stats.DEFAULT_THRESHOLD, stats.DEFAULT_CONFIDENCE)

@@ -89,8 +89,11 @@ def markdown(gate) -> str:
     if notes:
         lines += ["", "Notes:", *notes]
     if gate.problems:
-        lines += ["", "**Incomplete evidence** (no PASS without it; re-run what is missing):",
-                  *[f"- {p}" for p in gate.problems]]  # fmt: skip
+        lines += [
+            "",
+            "**Incomplete evidence** (no PASS without it; re-run what is missing):",
+            *[f"- {p}" for p in gate.problems],
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -102,8 +105,11 @@ def details_markdown(results) -> str:
     if isinstance(change, str) and change:
         lines += ["", change]
     if results.settings.get("aa"):
-        lines += ["", "A/A run: both sides are the base build, so any difference above is the noise and bias of "
-                  "the method on this machine (its resolution), not a change."]  # fmt: skip
+        lines += [
+            "",
+            "A/A run: both sides are the base build, so any difference above is the noise and bias of "
+            "the method on this machine (its resolution), not a change.",
+        ]
     lines += subjects.subject_of(results.kind).details(results)
     return "\n".join(lines) + ("\n" if lines else "")
 

@@ -62,8 +62,10 @@ def _capture_samples(case: CaseResult, side: str) -> list[list[float]]:
     """The samples of each capture of ``side``, in capture order and, within one, in the order recorded."""
     ids = subjects.capture_ids(case, side)
     if ids is None:
-        raise DataError(f"case {case.id}: no captures recorded (extra.captures): a run timed in one capture has no "
-                        "capture-to-capture error to resample; use results of a stage that times captures")  # fmt: skip
+        raise DataError(
+            f"case {case.id}: no captures recorded (extra.captures): a run timed in one capture has no "
+            "capture-to-capture error to resample; use results of a stage that times captures"
+        )
     grouped: dict[int, list[float]] = {}
     for x, b in zip(case.samples[side], ids, strict=True):
         grouped.setdefault(b, []).append(x)
@@ -79,21 +81,32 @@ def null_log_ratios(case: CaseResult, rounds: int | None = None) -> list[float]:
     if rounds is not None:
         short = min(len(xs) for xs in base + cand)
         if short < rounds:
-            raise UsageError(f"--rounds {rounds}: case {case.id} has a capture with only {short} sample(s) of a "
-                             f"build; give at most {short}")  # fmt: skip
+            raise UsageError(
+                f"--rounds {rounds}: case {case.id} has a capture with only {short} sample(s) of a "
+                f"build; give at most {short}"
+            )
         base, cand = [xs[:rounds] for xs in base], [xs[:rounds] for xs in cand]
     return [math.log(stats.median(c)) - math.log(stats.median(b)) for b, c in zip(base, cand, strict=True)]
 
 
 # The resampling documents a design's error rates; it decides no verdict (its cells are tested coarsely).
-def resampled_shares(null: Sequence[float], true_ratio: float, captures: int, *, trials: int = DEFAULT_TRIALS,
-                     seed: str | int = 0, threshold: float = stats.DEFAULT_THRESHOLD,
-                     confidence: float = stats.DEFAULT_CONFIDENCE) -> dict[str, float]:  # fmt: skip
+def resampled_shares(
+    null: Sequence[float],
+    true_ratio: float,
+    captures: int,
+    *,
+    trials: int = DEFAULT_TRIALS,
+    seed: str | int = 0,
+    threshold: float = stats.DEFAULT_THRESHOLD,
+    confidence: float = stats.DEFAULT_CONFIDENCE,
+) -> dict[str, float]:
     """The share of each verdict over ``trials`` runs of ``captures`` captures, each drawn with replacement from
     the measured ``null`` log ratios and shifted by log(``true_ratio``), judged as the gate judges a run."""
     if not null or captures < 1 or trials < 1 or true_ratio <= 0:
-        raise ValueError(f"resampling needs measured numbers, captures, trials and a ratio > 0 (got {len(null)}, "
-                         f"{captures}, {trials}, {true_ratio})")  # fmt: skip
+        raise ValueError(
+            f"resampling needs measured numbers, captures, trials and a ratio > 0 (got {len(null)}, "
+            f"{captures}, {trials}, {true_ratio})"
+        )
     rng = random.Random(seed)
     shift = math.log(true_ratio)
     ones = [1.0] * captures
@@ -128,23 +141,35 @@ def markdown(payload: dict) -> str:
     s = payload["settings"]
     rounds = "every round" if s["rounds"] is None else f"the first {s['rounds']} round(s) of each build"
     runs = ", ".join(f"`{r['file']}` ({_captures(r)})" for r in payload["runs"])
-    lines = [f"### Error rates resampled from {len(payload['runs'])} measured A/A runs ({payload['gpu']})", "",
-             f"Runs: {runs}; a capture's median from {rounds} in it. Each cell is FAIL / INCONCLUSIVE / PASS over "
-             f"{s['trials']:,} resampled runs judged as the gate judges one (threshold {s['threshold']:.0%}, "
-             f"{s['confidence']:.0%} interval over captures); it decides nothing and draws only from what "
-             "these runs showed."]  # fmt: skip
+    lines = [
+        f"### Error rates resampled from {len(payload['runs'])} measured A/A runs ({payload['gpu']})",
+        "",
+        f"Runs: {runs}; a capture's median from {rounds} in it. Each cell is FAIL / INCONCLUSIVE / PASS over "
+        f"{s['trials']:,} resampled runs judged as the gate judges one (threshold {s['threshold']:.0%}, "
+        f"{s['confidence']:.0%} interval over captures); it decides nothing and draws only from what "
+        "these runs showed.",
+    ]
     if s.get("earlier_designs"):
-        lines += ["", "Pooled with `--earlier-designs`: finished runs of their suite's earlier designs count too, each "
-                  "capture one draw."]  # fmt: skip
+        lines += [
+            "",
+            "Pooled with `--earlier-designs`: finished runs of their suite's earlier designs count too, each "
+            "capture one draw.",
+        ]
     for case_id, case in payload["cases"].items():
         n = case["null"]
-        lines += ["", f"**{case_id}**: {n['n']} measured captures, log ratio mean {n['mean']:+.3%}, SD {n['sd']:.3%}, "
-                  f"range {n['min']:+.3%} to {n['max']:+.3%}", "",
-                  "| captures a run | " + " | ".join(_label(f) for f in s["levels"]) + " |",
-                  "|---:|" + "---|" * len(s["levels"])]  # fmt: skip
+        lines += [
+            "",
+            f"**{case_id}**: {n['n']} measured captures, log ratio mean {n['mean']:+.3%}, SD {n['sd']:.3%}, "
+            f"range {n['min']:+.3%} to {n['max']:+.3%}",
+            "",
+            "| captures a run | " + " | ".join(_label(f) for f in s["levels"]) + " |",
+            "|---:|" + "---|" * len(s["levels"]),
+        ]
         for k, cells in case["shares"].items():
-            row = [" / ".join(rates.pct(cells[rates.level_key(f)][v]) for v in ("FAIL", "INCONCLUSIVE", "PASS"))
-                   for f in s["levels"]]  # fmt: skip
+            row = [
+                " / ".join(rates.pct(cells[rates.level_key(f)][v]) for v in ("FAIL", "INCONCLUSIVE", "PASS"))
+                for f in s["levels"]
+            ]
             lines.append(f"| {k} | " + " | ".join(row) + " |")
         targets = [rates.TARGETS.get("aa" if f == 0 else f, "-") for f in s["levels"]]
         lines.append("| target | " + " | ".join(targets) + " |")
@@ -157,8 +182,10 @@ def _ints(text: str) -> tuple[int, ...]:
     except ValueError:
         raise UsageError(f"--captures {text!r}: give whole numbers separated by commas, e.g. 6,8,10") from None
     if not values or min(values) < evidence.MIN_SAMPLES:
-        raise UsageError(f"--captures {text!r}: at least {evidence.MIN_SAMPLES} captures a run (the gate's floor: "
-                         "fewer cannot bound its 95% interval)")  # fmt: skip
+        raise UsageError(
+            f"--captures {text!r}: at least {evidence.MIN_SAMPLES} captures a run (the gate's floor: "
+            "fewer cannot bound its 95% interval)"
+        )
     return values
 
 
@@ -168,8 +195,9 @@ def _levels(text: str) -> tuple[float, ...]:
     except ValueError:
         levels = set()
     if not levels or not all(0 <= x <= 0.5 for x in levels):
-        raise UsageError(f"--levels {text!r}: true slowdowns in [0, 0.5] separated by commas, e.g. 0,0.02,0.035 "
-                         "(0: no change)")  # fmt: skip
+        raise UsageError(
+            f"--levels {text!r}: true slowdowns in [0, 0.5] separated by commas, e.g. 0,0.02,0.035 (0: no change)"
+        )
     return tuple(sorted(levels))
 
 
@@ -182,11 +210,15 @@ def _check_out(out: Path) -> None:
         try:
             read_json(mine, kind=KIND, versions=(VERSION,))
         except DataError:
-            raise UsageError(f"--out {out}: {OUTPUT_JSON} there was not written by this stage; pick another folder "
-                             "(nothing was changed)") from None  # fmt: skip
+            raise UsageError(
+                f"--out {out}: {OUTPUT_JSON} there was not written by this stage; pick another folder "
+                "(nothing was changed)"
+            ) from None
     elif (out / OUTPUT_MD).exists():
-        raise UsageError(f"--out {out}: {OUTPUT_MD} there was not written by this stage (no {OUTPUT_JSON} beside it); "
-                         "pick another folder (nothing was changed)")  # fmt: skip
+        raise UsageError(
+            f"--out {out}: {OUTPUT_MD} there was not written by this stage (no {OUTPUT_JSON} beside it); "
+            "pick another folder (nothing was changed)"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -200,9 +232,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--levels", type=_levels, default=DEFAULT_LEVELS, help="true slowdowns, e.g. 0,0.02,0.05")
     parser.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="resampled runs a cell (%(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="of the resampling (%(default)s)")
-    parser.add_argument("--earlier-designs", action="store_true", help="also pool finished runs of an earlier "
-                        "design of their suite (fewer captures or rounds than it asks today); a stopped run is "
-                        "still refused")  # fmt: skip
+    parser.add_argument(
+        "--earlier-designs",
+        action="store_true",
+        help="also pool finished runs of an earlier "
+        "design of their suite (fewer captures or rounds than it asks today); a stopped run is "
+        "still refused",
+    )
     args = parser.parse_args(argv)
     if args.rounds is not None and args.rounds < 1:
         raise UsageError(f"--rounds {args.rounds}: at least 1 sample of each build a capture")
@@ -221,22 +257,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         missing = evidence.run_problems(results, design_floors=not args.earlier_designs)
         if missing:
             hint = "" if args.earlier_designs else " (a finished run of an earlier design: --earlier-designs)"
-            raise IncompleteEvidenceError(f"{path}: the run is not complete: {'; '.join(missing)}. Resample complete "
-                                          f"runs only{hint}")  # fmt: skip
+            raise IncompleteEvidenceError(
+                f"{path}: the run is not complete: {'; '.join(missing)}. Resample complete runs only{hint}"
+            )
         loaded.append((path, results))
         kinds.add(results.kind)
         gpus.add(results.gpu_key())
     if len(kinds) > 1 or len(gpus) > 1:
-        raise UsageError(f"--results: the runs measured different things ({sorted(kinds)} on {sorted(gpus)}); "
-                         "resample runs of one kind on one GPU model and count")  # fmt: skip
+        raise UsageError(
+            f"--results: the runs measured different things ({sorted(kinds)} on {sorted(gpus)}); "
+            "resample runs of one kind on one GPU model and count"
+        )
     null: dict[str, list[float]] = {}
     for _, results in loaded:
         for case in results.cases:
             null.setdefault(case.id, []).extend(null_log_ratios(case, args.rounds))
-    settings = {"captures": list(args.captures), "rounds": args.rounds, "levels": list(args.levels),
-                "trials": args.trials, "seed": args.seed, "threshold": stats.DEFAULT_THRESHOLD,
-                "confidence": stats.DEFAULT_CONFIDENCE, "results_kind": kinds.pop(),
-                "earlier_designs": args.earlier_designs}  # fmt: skip
+    settings = {
+        "captures": list(args.captures),
+        "rounds": args.rounds,
+        "levels": list(args.levels),
+        "trials": args.trials,
+        "seed": args.seed,
+        "threshold": stats.DEFAULT_THRESHOLD,
+        "confidence": stats.DEFAULT_CONFIDENCE,
+        "results_kind": kinds.pop(),
+        "earlier_designs": args.earlier_designs,
+    }
     payload = {
         "kind": KIND,
         "schema_version": VERSION,
@@ -246,9 +292,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cases": {},
     }
     for case_id, numbers in null.items():
-        shares = {str(k): {rates.level_key(f): resampled_shares(numbers, 1 + f, k, trials=args.trials,
-                                                           seed=f"{args.seed}/{case_id}/{k}/{f}")
-                           for f in args.levels} for k in args.captures}  # fmt: skip
+        shares = {
+            str(k): {
+                rates.level_key(f): resampled_shares(
+                    numbers, 1 + f, k, trials=args.trials, seed=f"{args.seed}/{case_id}/{k}/{f}"
+                )
+                for f in args.levels
+            }
+            for k in args.captures
+        }
         payload["cases"][case_id] = {"null": _spread(numbers), "log_ratios": numbers, "shares": shares}
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / OUTPUT_JSON, payload)

@@ -26,8 +26,13 @@ V1_RENAMES = {"blocks": "captures", "rounds_per_block": "rounds_per_capture"}
 MAX_CASES = 10_000
 MAX_SAMPLES = 20_000  # per case and build
 # settings the verdict reads, and their types (None: the key may be absent)
-SETTING_TYPES = {"complete": bool, "aa": bool, "case_filter": (str, type(None)), "rounds_done": int,
-                 "inject_slowdown": (int, float)}  # fmt: skip
+SETTING_TYPES = {
+    "complete": bool,
+    "aa": bool,
+    "case_filter": (str, type(None)),
+    "rounds_done": int,
+    "inject_slowdown": (int, float),
+}
 
 
 @dataclass(kw_only=True)
@@ -78,8 +83,10 @@ def _check_samples(where: str, case_id: str, samples: Any) -> dict[str, list[flo
         if not isinstance(xs, list) or not xs:
             raise DataError(f"{where}: case {case_id!r}, build {side!r}: samples must be a non-empty list")
         if len(xs) > MAX_SAMPLES:
-            raise DataError(f"{where}: case {case_id!r}, build {side!r}: {len(xs)} samples, more than the "
-                            f"{MAX_SAMPLES} the gate reads; no stage of it writes so many: re-run it")  # fmt: skip
+            raise DataError(
+                f"{where}: case {case_id!r}, build {side!r}: {len(xs)} samples, more than the "
+                f"{MAX_SAMPLES} the gate reads; no stage of it writes so many: re-run it"
+            )
         if not all(_is_number(x) and x > 0 for x in xs):
             raise DataError(f"{where}: case {case_id!r}, build {side!r}: samples must be positive finite numbers")
     return samples
@@ -103,8 +110,10 @@ def load_results(path: Path | str, *, kind: str | None = None) -> BenchResults:
     cases = []
     raw_cases = require(payload, "cases", list, where)
     if len(raw_cases) > MAX_CASES:
-        raise DataError(f"{where}: {len(raw_cases)} cases, more than the {MAX_CASES} the gate reads; no stage of "
-                        "this gate writes so many: re-run it")  # fmt: skip
+        raise DataError(
+            f"{where}: {len(raw_cases)} cases, more than the {MAX_CASES} the gate reads; no stage of "
+            "this gate writes so many: re-run it"
+        )
     for raw in raw_cases:
         if not isinstance(raw, dict):
             raise DataError(f"{where}: each case must be an object, found {raw!r}")
@@ -153,15 +162,17 @@ def _check_settings(where: str, settings: dict[str, Any]) -> None:
         if value is not None and not (isinstance(value, list) and all(isinstance(i, str) for i in value)):
             raise DataError(f"{where}: settings.{key} should be a list of strings, found {value!r}")
     failed = settings.get("failed_cases")
-    if failed is not None and not (isinstance(failed, dict) and all(
-            isinstance(k, str) and isinstance(v, str) for k, v in failed.items())):  # fmt: skip
+    if failed is not None and not (
+        isinstance(failed, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in failed.items())
+    ):
         raise DataError(f"{where}: settings.failed_cases should map case ids to reasons, found {failed!r}")
 
 
 def _type_name(typ) -> str:
     names = [t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,)) if t is not type(None)]
-    return " or ".join({"bool": "true or false", "str": "a string", "int": "an integer", "float": "a number"}[n]
-                       for n in names)  # fmt: skip
+    return " or ".join(
+        {"bool": "true or false", "str": "a string", "int": "an integer", "float": "a number"}[n] for n in names
+    )
 
 
 def _object(raw: dict[str, Any], key: str, where: str, case_id: str) -> dict[str, Any]:

@@ -39,8 +39,10 @@ METHOD_PAIRED = "hodges-lehmann paired log-ratio, wilcoxon signed-rank CI"
 METHOD_UNPAIRED = "hodges-lehmann log shift, mann-whitney CI"
 METHOD_CAPTURES = "hodges-lehmann over captures (log ratio of capture medians), wilcoxon signed-rank CI over captures"
 METHOD_CAPTURES_UNPAIRED = "hodges-lehmann log shift of capture medians, mann-whitney CI over captures"
-METHOD_CAPTURES_BASELINE = ("hodges-lehmann over captures paired by index with the baseline's (the same inputs), "
-                           "wilcoxon signed-rank CI over captures")  # fmt: skip
+METHOD_CAPTURES_BASELINE = (
+    "hodges-lehmann over captures paired by index with the baseline's (the same inputs), "
+    "wilcoxon signed-rank CI over captures"
+)
 # The noise model of the simulation, measured on an H200 (the kernel bench's CUDA graphs of 20 calls):
 # per-sample CV 0.2-0.7% and rare +7% outliers.
 SIM_CV_RANGE = (0.002, 0.007)
@@ -77,9 +79,11 @@ class Effect:
 
 def positive_times(xs) -> bool:
     """``xs`` is a non-empty list of finite positive numbers (booleans are not numbers here)."""
-    return (isinstance(xs, list) and bool(xs)
-            and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-                    for x in xs))  # fmt: skip
+    return (
+        isinstance(xs, list)
+        and bool(xs)
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in xs)
+    )
 
 
 def median(xs: Sequence[float]) -> float:
@@ -263,9 +267,14 @@ def capture_medians(samples: Sequence[float], captures: Sequence[int]) -> list[f
     return [median(grouped[b]) for b in sorted(grouped)]
 
 
-def capture_effect(base_captures: Sequence[float], cand_captures: Sequence[float],
-                   confidence: float = DEFAULT_CONFIDENCE, *, n_base: int | None = None,
-                   n_cand: int | None = None) -> Effect:  # fmt: skip
+def capture_effect(
+    base_captures: Sequence[float],
+    cand_captures: Sequence[float],
+    confidence: float = DEFAULT_CONFIDENCE,
+    *,
+    n_base: int | None = None,
+    n_cand: int | None = None,
+) -> Effect:
     """The effect over captures: capture ``b`` of each build is one fresh capture (fresh inputs, fresh
     addresses, its own order of builds) timed for a few rounds, and contributes one number, the log
     ratio of the two capture medians. The Hodges-Lehmann estimate and the Wilcoxon signed-rank interval

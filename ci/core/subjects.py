@@ -67,6 +67,12 @@ class Subject:
     schema: dict = field(default_factory=dict)
     # (results, side) -> what build that side is ({name: value}): baseline mode compares only like with like
     identity: Callable[[Any, str], dict[str, str]] = lambda results, side: {}
+    # the GPU stages of a subject a change enters directly (the one-command GPU verdict runs them): the module of
+    # the software under test its changes are loaded through, its test folder (the CPU tier and, marked gpu, the
+    # GPU suite) and its bench (``python -m BENCH --manifest M --suite S --out DIR``, writing ``results_file``)
+    entry_module: str = ""
+    test_folder: str = ""
+    bench: str = ""
 
 
 _REGISTRY: dict[str, Subject] = {}
@@ -120,6 +126,12 @@ def kinds() -> tuple[str, ...]:
     """The results kinds a subject registered: the only ones the gate reads."""
     _load()
     return tuple(sorted(_REGISTRY))
+
+
+def by_entry_module(entry: str) -> Subject | None:
+    """The subject whose changes enter through the module ``entry`` (None: no subject registered it)."""
+    _load()
+    return next((s for s in _REGISTRY.values() if s.entry_module and s.entry_module == entry), None)
 
 
 def subject_of(kind: str) -> Subject:

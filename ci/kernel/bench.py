@@ -23,9 +23,9 @@ Raw samples (microseconds per call) and each sample's capture go into a versione
 (``ci.kernel.error_rates``): the candidate is the base build with a GPU sleep appended to each of its
 graphs, calibrated per case so that the candidate is F (e.g. 0.035) slower than the base.
 
-The cases and suites are ``ci.kernel.suites``; a case's inputs, graphs and timer ``ci.kernel.graphs``; this module
-is the schedule (captures, their order and pads, the rounds), the correctness check before timing, the results and
-the CLI.
+The cases and suites are ``ci.kernel.suites``; a case's inputs and calls ``ci.kernel.graphs``; the graphs, the timer
+and the capture schedule ``ci.timing``; this module is the correctness check before timing, the regret sweep, the
+results and the CLI.
 
 Usage: ``python -m ci.kernel.bench --manifest M [--suite default|quick] [--repeats 90] [--captures 30] --out DIR``
 (writes ``DIR/kernel-results.json``)
@@ -34,7 +34,6 @@ Usage: ``python -m ci.kernel.bench --manifest M [--suite default|quick] [--repea
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import time
 from collections.abc import Sequence
@@ -44,17 +43,13 @@ from ci.core import stats
 from ci.core.cli import run_main
 from ci.core.errors import UndeclaredChangeError, UsageError, WrongResultsError
 from ci.core.results import BenchResults, CaseResult
+from ci.host import gpu, outputs
 from ci.kernel.formats import FORMATS_BY_NAME
-from ci.kernel.graphs import (
-    CALLS_PER_GRAPH,
-    ROTATING_INPUTS,
-    WARMUP_REPLAYS,
-    CaseRunner,
-    calibrate_slowdown,
-    sleep_calibration,
-)
+from ci.kernel.graphs import CaseRunner
 from ci.kernel.suites import SUITES, BenchCase, runnable_block_sizes, suite_cases
-from ci.runner import gpu, outputs
+from ci.moe.routing import rank_view
+from ci.timing.captures import time_in_captures
+from ci.timing.graphs import CALLS_PER_GRAPH, ROTATING_INPUTS, WARMUP_REPLAYS, calibrate_slowdown, sleep_calibration
 from ci.trees import provenance
 from ci.trees.manifest import load_trees
 
@@ -70,8 +65,9 @@ def _print(line: str) -> None:
     print(line, flush=True)
 
 
-def check_outputs_agree(runner: CaseRunner, base, cand, picks: dict | None = None, *,
-                        non_ep_declared: bool = False) -> dict:  # fmt: skip
+def check_outputs_agree(
+    runner: CaseRunner, base, cand, picks: dict | None = None, *, non_ep_declared: bool = False
+) -> dict:
     """The correctness gate before timing: same numbers from both builds (bit-identical on the non-EP path,
     unless the builds pick other tiles there and the change's contract declares the non-EP path)."""
     torch = runner.torch
@@ -85,8 +81,10 @@ def check_outputs_agree(runner: CaseRunner, base, cand, picks: dict | None = Non
     if case.non_ep and not identical:
         g = f"global_num_experts {case.global_num_experts}, no expert map"
         if not picks or picks["base"] == picks["candidate"]:
-            raise WrongResultsError(f"{case.id}: a non-EP call ({g}): the candidate's output differs from the "
-                                    f"base's with the same tile (rel L2 {diff:.2e}): wrong numbers")  # fmt: skip
+            raise WrongResultsError(
+                f"{case.id}: a non-EP call ({g}): the candidate's output differs from the "
+                f"base's with the same tile (rel L2 {diff:.2e}): wrong numbers"
+            )
         if not non_ep_declared:
             raise UndeclaredChangeError(
                 f"{case.id}: a non-EP change: the candidate picks block_size_m {picks['candidate']} where the base "
@@ -105,58 +103,33 @@ def picked_block_size(runner: CaseRunner, module) -> int:
     return seen[0]
 
 
-def capture_plan(case_id: str, captures: int) -> list[tuple[tuple[str, str], int]]:
-    """Per capture: the order the builds are captured and timed in, and the pad (bytes) before its inputs.
-    Random but reproducible (seeded by the case id): over the captures each build goes first about half the
-    time and sits at varying addresses."""
-    rng = random.Random(f"ep-marlin-gate:{case_id}")
-    plan = []
-    for _ in range(captures):
-        order = ("base", "candidate") if rng.random() < 0.5 else ("candidate", "base")
-        plan.append((order, 256 * rng.randrange(1, 4096)))
-    return plan
-
-
-def time_in_captures(runner, case_id: str, captures: int, rounds: int, capture,
-                     plan: list | None = None) -> tuple[dict, dict]:  # fmt: skip
-    """The timing method of every bench: per capture of ``plan`` (``capture_plan``'s by default: the two builds),
-    fresh inputs behind a pad (``runner.start_capture``), a fresh graph of each name (``capture(name)``) in the
-    capture's order, then ``rounds`` timings of each, the order reversed every round (A B, B A, ...: with two
-    builds, sample i of each is a pair). Returns the samples and the capture of each sample, by name."""
-    plan = capture_plan(case_id, captures) if plan is None else plan
-    samples: dict[str, list[float]] = {name: [] for name in sorted(plan[0][0])}
-    capture_of: dict[str, list[int]] = {name: [] for name in samples}
-    for b, (order, pad_bytes) in enumerate(plan):
-        pad = runner.start_capture(b, pad_bytes)
-        graphs = {name: capture(name) for name in order}
-        for name in stats.interleaved_order(rounds, order):
-            samples[name].append(runner.time_us(graphs[name]))
-            capture_of[name].append(b)
-        del graphs, pad
-    return samples, capture_of
-
-
 def timing_experts(case: BenchCase, local_experts: int):
     """Random weights in Marlin's packed layout for one rank of ``case`` (``weights.random_packed_experts``)."""
     import torch
 
-    from ci.kernel import moe_case as mc
     from ci.kernel import weights
 
-    shape = mc.Shape(case.shape_name, case.hidden, case.intermediate, case.experts, case.topk)
+    shape = case.shape
     return weights.random_packed_experts(shape, torch.bfloat16, local_experts=local_experts, seed=7, fmt=case.format)
 
 
-def run_case(runner: CaseRunner, variants, repeats: int, captures: int = DEFAULT_CAPTURES, *,
-             block_size_repeats: int = BLOCK_SIZE_REPEATS, inject: float = 0.0,
-             sleep: dict | None = None, non_ep_declared: bool = False) -> CaseResult:  # fmt: skip
+def run_case(
+    runner: CaseRunner,
+    variants,
+    repeats: int,
+    captures: int = DEFAULT_CAPTURES,
+    *,
+    block_size_repeats: int = BLOCK_SIZE_REPEATS,
+    inject: float = 0.0,
+    sleep: dict | None = None,
+    non_ep_declared: bool = False,
+) -> CaseResult:
     """Time one case in ``captures``; ``inject`` > 0 (an A/A run): the candidate's graphs carry a GPU sleep
     that makes them ``inject`` slower than the base (``calibrate_slowdown``)."""
     base, cand = variants
     modules = {v.name: v.marlin_moe for v in variants}
     picks = {v.name: picked_block_size(runner, v.marlin_moe) for v in variants}
-    correctness = check_outputs_agree(runner, base.marlin_moe, cand.marlin_moe, picks,
-                                      non_ep_declared=non_ep_declared)  # fmt: skip
+    correctness = check_outputs_agree(runner, base.marlin_moe, cand.marlin_moe, picks, non_ep_declared=non_ep_declared)
     sleep_of: dict[str, int | None] = {"base": None, "candidate": None}
     injected = None
     if inject:
@@ -165,9 +138,12 @@ def run_case(runner: CaseRunner, variants, repeats: int, captures: int = DEFAULT
         injected = calibrate_slowdown(runner, base.marlin_moe, inject, sleep)
         sleep_of["candidate"] = injected["sleep_cycles"]
     samples, capture_of = time_in_captures(
-        runner, runner.case.id, captures, max(1, repeats // captures),
+        runner,
+        runner.case.id,
+        captures,
+        max(1, repeats // captures),
         lambda name: runner.capture(modules[name], sleep_cycles=sleep_of[name]),
-    )  # fmt: skip
+    )
     per_bm: dict[str, list[float]] = {}
     if block_size_repeats > 0:
         bm_graphs = {bm: runner.capture(base.marlin_moe, forced_bm=bm) for bm in runnable_block_sizes(runner.case)}
@@ -205,20 +181,40 @@ def run_case(runner: CaseRunner, variants, repeats: int, captures: int = DEFAULT
     )
 
 
-IDENTITY_KEYS = ("shape", "hidden", "intermediate", "global_experts", "local_experts", "topk", "ep", "tokens_per_rank",
-                 "rows", "global_num_experts_arg", "quant", "dtype")  # fmt: skip
+IDENTITY_KEYS = (
+    "shape",
+    "hidden",
+    "intermediate",
+    "global_experts",
+    "local_experts",
+    "topk",
+    "ep",
+    "tokens_per_rank",
+    "rows",
+    "global_num_experts_arg",
+    "quant",
+    "dtype",
+)
 
 
-def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bool = False,
-              case_filter: str | None = None, captures: int = DEFAULT_CAPTURES,
-              block_size_repeats: int = BLOCK_SIZE_REPEATS, inject: float = 0.0, log=_print,
-              ) -> BenchResults:  # fmt: skip
+def run_suite(
+    trees,
+    cases: list[BenchCase],
+    repeats: int,
+    suite: str,
+    *,
+    aa: bool = False,
+    case_filter: str | None = None,
+    captures: int = DEFAULT_CAPTURES,
+    block_size_repeats: int = BLOCK_SIZE_REPEATS,
+    inject: float = 0.0,
+    log=_print,
+) -> BenchResults:
     """Time ``cases``; ``inject`` > 0 needs ``aa`` (the candidate is the base plus a calibrated sleep)."""
     if inject and not aa:
         raise UsageError("--inject-slowdown is an A/A run with a slowed candidate: pass --aa too")
     import torch
 
-    from ci.kernel import moe_case as mc
     from ci.trees import contracts
     from ci.trees.variants import Variant, load_variants, put_base_first
 
@@ -234,11 +230,18 @@ def run_suite(trees, cases: list[BenchCase], repeats: int, suite: str, *, aa: bo
         if key != weights_key:
             experts, weights_key = None, key
             torch.cuda.empty_cache()
-            experts = timing_experts(case, mc.rank_view(case.experts, case.ep, 0).local_ids.numel())
+            experts = timing_experts(case, rank_view(case.experts, case.ep, 0).local_ids.numel())
         try:
-            result = run_case(CaseRunner(case, experts), variants, repeats, captures,
-                              block_size_repeats=block_size_repeats, inject=inject, sleep=sleep,
-                              non_ep_declared=non_ep_declared)  # fmt: skip
+            result = run_case(
+                CaseRunner(case, experts),
+                variants,
+                repeats,
+                captures,
+                block_size_repeats=block_size_repeats,
+                inject=inject,
+                sleep=sleep,
+                non_ep_declared=non_ep_declared,
+            )
         except (WrongResultsError, UndeclaredChangeError) as exc:  # the other cases still run; the gate FAILs this one
             failed[case.id] = str(exc)
             if isinstance(exc, UndeclaredChangeError):
@@ -287,8 +290,9 @@ def _candidate_label(aa: bool, inject: float) -> str:
     return "base (A/A run)" if aa else "candidate tree"
 
 
-def check_plan(captures: int, repeats: int, block_size_repeats: int = BLOCK_SIZE_REPEATS, inject: float = 0.0,
-               aa: bool = False) -> None:  # fmt: skip
+def check_plan(
+    captures: int, repeats: int, block_size_repeats: int = BLOCK_SIZE_REPEATS, inject: float = 0.0, aa: bool = False
+) -> None:
     """The bench's numeric options, checked before anything is loaded (usage errors, exit 2)."""
     if captures < MIN_CAPTURES or repeats < captures:
         raise UsageError(
@@ -310,50 +314,53 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--manifest", type=Path, required=True, help="manifest.json of the trees (ci.trees.build)")
     parser.add_argument("--suite", default="default", help=f"one of {sorted(SUITES)} (default %(default)s)")
-    parser.add_argument("--cases", help="only case ids matching this glob (or any of several, comma-separated), "
-                        "e.g. 'deepseek-v3/ep8/*'")  # fmt: skip
+    parser.add_argument(
+        "--cases",
+        help="only case ids matching this glob (or any of several, comma-separated), e.g. 'deepseek-v3/ep8/*'",
+    )
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="rounds per build (%(default)s)")
-    parser.add_argument("--captures", type=int, default=DEFAULT_CAPTURES,
-                        help="fresh captures per build, the repeats split among them (%(default)s)")  # fmt: skip
-    parser.add_argument("--out", type=Path, required=True,
-                        help=f"folder the stage writes {outputs.KERNEL_RESULTS} into")  # fmt: skip
+    parser.add_argument(
+        "--captures",
+        type=int,
+        default=DEFAULT_CAPTURES,
+        help="fresh captures per build, the repeats split among them (%(default)s)",
+    )
+    parser.add_argument(
+        "--out", type=Path, required=True, help=f"folder the stage writes {outputs.KERNEL_RESULTS} into"
+    )
     parser.add_argument("--allow-busy", action="store_true", help="time even if another process uses the GPU")
     parser.add_argument("--aa", action="store_true", help="A/A run: time the base build against itself")
-    parser.add_argument("--inject-slowdown", type=float, default=0.0, metavar="F",
-                        help="with --aa: slow the candidate by F (0.035: +3.5%%), a calibrated GPU sleep")  # fmt: skip
-    parser.add_argument("--block-size-repeats", type=int, default=BLOCK_SIZE_REPEATS,
-                        help="timings per forced block size (regret columns); 0: no sweep (%(default)s)")  # fmt: skip
+    parser.add_argument(
+        "--inject-slowdown",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="with --aa: slow the candidate by F (0.035: +3.5%%), a calibrated GPU sleep",
+    )
+    parser.add_argument(
+        "--block-size-repeats",
+        type=int,
+        default=BLOCK_SIZE_REPEATS,
+        help="timings per forced block size (regret columns); 0: no sweep (%(default)s)",
+    )
     args = parser.parse_args(argv)
     check_plan(args.captures, args.repeats, args.block_size_repeats, args.inject_slowdown, args.aa)
     out = outputs.results_file(args.out, outputs.KERNEL_RESULTS)
     cases = suite_cases(args.suite, args.cases)
     trees = load_trees(args.manifest)
     gpu.require_idle_gpus(1, allow_busy=args.allow_busy)
-    results = run_suite(trees, cases, args.repeats, args.suite, aa=args.aa, case_filter=args.cases,
-                        captures=args.captures, block_size_repeats=args.block_size_repeats,
-                        inject=args.inject_slowdown)  # fmt: skip
-    return save_and_check(results, out, "bench")
-
-
-def save_and_check(results: BenchResults, out: Path, stage: str) -> int:
-    """Write a bench's results, then the error for the cases it could not time (the builds disagreed or
-    crashed; the others are in the file): what every bench stage ends with."""
-    results.save(out)
-    print(f"{stage}: {len(results.cases)} cases written to {out}")
-    failed = results.settings["failed_cases"]
-    undeclared = set(results.settings.get("undeclared_cases") or ())
-    if failed and set(failed) <= undeclared:
-        raise UndeclaredChangeError(
-            f"{len(failed)} case(s) not timed because the candidate changes the non-EP path, which its contract "
-            "does not declare: " + "; ".join(failed.values()) + f" (results, with the other cases, in {out})"
-        )
-    if failed:
-        raise WrongResultsError(
-            f"{len(failed)} case(s) not timed because the builds disagree or crashed: "
-            + "; ".join(failed.values())
-            + f" (results, with the other cases, in {out})"
-        )
-    return 0
+    results = run_suite(
+        trees,
+        cases,
+        args.repeats,
+        args.suite,
+        aa=args.aa,
+        case_filter=args.cases,
+        captures=args.captures,
+        block_size_repeats=args.block_size_repeats,
+        inject=args.inject_slowdown,
+    )
+    return outputs.save_and_check(results, out, "bench")
 
 
 if __name__ == "__main__":

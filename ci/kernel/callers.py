@@ -91,11 +91,16 @@ def call_sites(tree: Path) -> list[CallSite]:
             if g is None and position is not None and len(call.args) > position:
                 g = call.args[position]
             emap = keywords.get("expert_map")
-            found.append(CallSite(
-                path=path.relative_to(tree).as_posix(), line=call.lineno, callee=callee,
-                g_expression="(default)" if g is None else ast.unparse(g), g_form=_form(g, params),
-                expert_map="(default)" if emap is None else ast.unparse(emap),
-            ))  # fmt: skip
+            found.append(
+                CallSite(
+                    path=path.relative_to(tree).as_posix(),
+                    line=call.lineno,
+                    callee=callee,
+                    g_expression="(default)" if g is None else ast.unparse(g),
+                    g_form=_form(g, params),
+                    expert_map="(default)" if emap is None else ast.unparse(emap),
+                )
+            )
     return found
 
 
@@ -114,8 +119,9 @@ def modular_kernel_makes_g_local(tree: Path) -> bool:
         if test != f"{G_PARAMETER}==-1":
             continue
         for stmt in node.body:
-            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == G_PARAMETER
-                                                    for t in stmt.targets):  # fmt: skip
+            if isinstance(stmt, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == G_PARAMETER for t in stmt.targets
+            ):
                 return True
     return False
 

@@ -36,8 +36,9 @@ def simulated(captures: int, repeats: int, levels: Sequence[float]) -> dict[str,
     """The simulation of the same design, with the capture error measured on an H200, per level."""
     out = {}
     for inject in (0.0, *levels):
-        shares = stats.simulate(1 + inject, repeats, trials=SIM_TRIALS, capture_sd=stats.SIM_CAPTURE_SD,
-                                captures=captures)  # fmt: skip
+        shares = stats.simulate(
+            1 + inject, repeats, trials=SIM_TRIALS, capture_sd=stats.SIM_CAPTURE_SD, captures=captures
+        )
         out["aa" if not inject else f"{inject:g}"] = {v.value: s for v, s in shares.items()}
     return out
 
@@ -73,8 +74,10 @@ def markdown(payload: dict) -> str:
         med = "-" if r["median_ratio"] is None else f"{r['median_ratio']:.4f}"
         far = "-" if r["farthest_ratio"] is None else f"{r['farthest_ratio']:.4f}"
         width = "-" if r["median_ci_width"] is None else f"{r['median_ci_width']:.4f}"
-        lines.append(f"| {r['run']} | {r['cases']} | {v.get('PASS', 0)} | {v.get('INCONCLUSIVE', 0)} | "
-                     f"{v.get('FAIL', 0)} | {med} | {far} | {width} | {r['wall_time_s']} |")  # fmt: skip
+        lines.append(
+            f"| {r['run']} | {r['cases']} | {v.get('PASS', 0)} | {v.get('INCONCLUSIVE', 0)} | "
+            f"{v.get('FAIL', 0)} | {med} | {far} | {width} | {r['wall_time_s']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -88,8 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cases", help="A/A runs: only case ids matching this glob")
     parser.add_argument("--inject-cases", help="injected runs: only case ids matching this glob (default: --cases)")
     parser.add_argument("--aa-runs", type=int, default=3, help="A/A runs (%(default)s)")
-    parser.add_argument("--inject", type=rates.parse_levels, default=rates.DEFAULT_INJECT,
-                        help="slowdowns, e.g. 0.02,0.035,0.05")  # fmt: skip
+    parser.add_argument(
+        "--inject", type=rates.parse_levels, default=rates.DEFAULT_INJECT, help="slowdowns, e.g. 0.02,0.035,0.05"
+    )
     parser.add_argument("--repeats", type=int, default=bench.DEFAULT_REPEATS, help="rounds per build (%(default)s)")
     parser.add_argument("--captures", type=int, default=bench.DEFAULT_CAPTURES, help="captures per build (%(default)s)")
     parser.add_argument("--allow-busy", action="store_true", help="measure even if another process uses the GPU")
@@ -102,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     inject_cases = suites.suite_cases(args.suite, inject_filter)
     rates.check_out(args.out)
 
-    from ci.runner import gpu
+    from ci.host import gpu
     from ci.trees.manifest import load_trees
 
     trees = load_trees(args.manifest)
@@ -131,8 +135,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         name = rates.run_name(inject, index)
         started = time.time()
         print(f"error_rates: run {name} ({len(cases)} cases)", flush=True)
-        results = bench.run_suite(trees, cases, args.repeats, args.suite, aa=True, case_filter=case_filter,
-                                  captures=args.captures, block_size_repeats=0, inject=inject)  # fmt: skip
+        results = bench.run_suite(
+            trees,
+            cases,
+            args.repeats,
+            args.suite,
+            aa=True,
+            case_filter=case_filter,
+            captures=args.captures,
+            block_size_repeats=0,
+            inject=inject,
+        )
         results.save(args.out / f"{name}.json")
         rates.record_run(args.out, payload, name, inject, results, time.time() - started, markdown)
     return 0

@@ -1,6 +1,6 @@
 """Every weight and activation format vLLM's Marlin MoE path takes, in one place (standard library only):
 the CPU tier, the GPU suite and the bench all draw their formats from here, as they draw shapes from
-``ci.kernel.shapes``.
+``ci.moe.shapes``.
 
 * :class:`QuantScheme`: a weight format, a ``vllm.scalar_type.scalar_types`` name and a group size
   (GPTQ/AWQ int4, int8, FP8, and the FP4 formats Hopper serves through Marlin: NVFP4 with its global

@@ -2,12 +2,11 @@
 the experts' weights are ``ci.kernel.weights``.
 
 * :func:`format_kwargs`: the activation arguments a format adds to a call.
-* :func:`route` and :func:`rank_view`: top-k routing over the global experts, the DP-padded
-  rows a rank sees, and that rank's ``expert_map`` from vLLM's ``determine_expert_map``.
+* routing and a rank's view: ``ci.moe.routing``, shared with every MoE subject.
 * :func:`batched_by_expert` and :func:`call_batched`: the batched path (DeepEP low latency), tokens
   grouped per expert and padded to a capacity, through vLLM's own ``BatchedMarlinExperts.apply``.
 * :func:`forced_block_size`: run either path with ``block_size_m`` pinned, by wrapping the callees that
-  receive it (nothing else of vLLM's code changes).
+  receive it (nothing else of vLLM's code changes; ``ci.moe.patching.swapped``, the one way vLLM is patched).
 """
 
 from __future__ import annotations
@@ -21,8 +20,9 @@ from types import ModuleType, SimpleNamespace
 import torch
 
 from ci.kernel.formats import GPT_OSS_ALPHA, GPT_OSS_BETA, GPT_OSS_CLAMP, Format
-from ci.kernel.shapes import Shape
 from ci.kernel.weights import Experts, input_dtype_of
+from ci.moe.patching import swapped
+from ci.moe.routing import Routing
 
 # gpt-oss's clamp as three arguments of fused_marlin_moe (vLLM 0.25.1 to 0.33.0); 0.34.0 takes them as one
 # ApplyMoEActivationConfig (``activation_config``)
@@ -68,69 +68,21 @@ def format_kwargs(fmt: Format, function: Callable | None = None) -> dict:
         else:
             from vllm.model_executor.layers.fused_moe.activation import ApplyMoEActivationConfig
 
-            extra["activation_config"] = ApplyMoEActivationConfig(clamp_limit=GPT_OSS_CLAMP, alpha=GPT_OSS_ALPHA,
-                                                                  beta=GPT_OSS_BETA)  # fmt: skip
+            extra["activation_config"] = ApplyMoEActivationConfig(
+                clamp_limit=GPT_OSS_CLAMP, alpha=GPT_OSS_ALPHA, beta=GPT_OSS_BETA
+            )
     return extra
 
 
-@dataclass
-class Routing:
-    hidden: torch.Tensor  # (rows, K)
-    topk_weights: torch.Tensor  # float32 (rows, topk)
-    topk_ids: torch.Tensor  # int32 global expert ids (rows, topk)
-    valid: torch.Tensor  # bool (rows,): False for DP padding rows
-
-
-def route(rows: int, shape: Shape, dtype: torch.dtype, *, seed: int, valid_rows: int | None = None,
-          scale: float = 0.1) -> Routing:  # fmt: skip
-    """Softmax top-k routing over the global experts, hidden states ~N(0, scale^2); rows past ``valid_rows``
-    are zero padding."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    hidden = (torch.randn(rows, shape.hidden, device="cuda", generator=gen) * scale).to(dtype)
-    scores = torch.randn(rows, shape.experts, device="cuda", generator=gen).softmax(dim=-1)
-    weights, ids = scores.topk(shape.topk, dim=-1)
-    valid = torch.ones(rows, dtype=torch.bool, device="cuda")
-    if valid_rows is not None:
-        valid[valid_rows:] = False
-        hidden[~valid] = 0
-    return Routing(hidden=hidden.contiguous(), topk_weights=weights.float(), topk_ids=ids.to(torch.int32), valid=valid)
-
-
-def dp_padded_routing(tokens: list[int], shape: Shape, dtype: torch.dtype, *, seed: int,
-                      scale: float = 0.1) -> Routing:  # fmt: skip
-    """The rows every rank sees under DP: each rank's tokens padded to the largest count, concatenated."""
-    pad_to = max(tokens)
-    parts = [route(pad_to, shape, dtype, seed=seed + r, valid_rows=t, scale=scale) for r, t in enumerate(tokens)]
-    return Routing(
-        hidden=torch.cat([p.hidden for p in parts]).contiguous(),
-        topk_weights=torch.cat([p.topk_weights for p in parts]),
-        topk_ids=torch.cat([p.topk_ids for p in parts]),
-        valid=torch.cat([p.valid for p in parts]),
-    )
-
-
-@dataclass
-class RankView:
-    rank: int
-    local_ids: torch.Tensor  # global ids of the rank's experts, in local order
-    expert_map: torch.Tensor | None  # (G,) global -> local or -1; None without EP
-
-
-def rank_view(experts: int, ep: int, rank: int, *, strategy: str = "linear") -> RankView:
-    """vLLM's own expert placement for one rank (uneven splits as vLLM makes them)."""
-    from vllm.model_executor.layers.fused_moe.expert_map_manager import determine_expert_map
-
-    if ep == 1:
-        return RankView(rank=0, local_ids=torch.arange(experts, device="cuda"), expert_map=None)
-    _, expert_map, _ = determine_expert_map(ep, rank, experts, expert_placement_strategy=strategy)
-    expert_map = expert_map.cuda()
-    local = torch.nonzero(expert_map >= 0).flatten()
-    order = torch.argsort(expert_map[local])
-    return RankView(rank=rank, local_ids=local[order], expert_map=expert_map)
-
-
-def call_moe(module: ModuleType, experts: Experts, routing: Routing, *, global_num_experts: int,
-             expert_map: torch.Tensor | None, **extra) -> torch.Tensor:  # fmt: skip
+def call_moe(
+    module: ModuleType,
+    experts: Experts,
+    routing: Routing,
+    *,
+    global_num_experts: int,
+    expert_map: torch.Tensor | None,
+    **extra,
+) -> torch.Tensor:
     """vLLM's fused_marlin_moe of ``module`` on these weights and rows."""
     return module.fused_marlin_moe(
         hidden_states=routing.hidden,
@@ -158,9 +110,15 @@ class Batched:
         return self.hidden.shape[1]
 
 
-def batched_by_expert(hidden: torch.Tensor, topk_ids: torch.Tensor, experts: int, capacity: int, *,
-                      own_topk_ids: torch.Tensor | None = None, expert_map: torch.Tensor | None = None,
-                      ) -> Batched:  # fmt: skip
+def batched_by_expert(
+    hidden: torch.Tensor,
+    topk_ids: torch.Tensor,
+    experts: int,
+    capacity: int,
+    *,
+    own_topk_ids: torch.Tensor | None = None,
+    expert_map: torch.Tensor | None = None,
+) -> Batched:
     """Group the rows of ``hidden`` by the experts of ``topk_ids`` (local ids through ``expert_map``),
     in token order, into ``capacity`` slots per expert; assignments to other ranks' experts are dropped."""
     ids = topk_ids.long() if expert_map is None else expert_map[topk_ids.long()].long()
@@ -180,8 +138,13 @@ def batched_by_expert(hidden: torch.Tensor, topk_ids: torch.Tensor, experts: int
     slots = torch.full((experts, capacity), -1, dtype=torch.long, device=hidden.device)
     out[e_of, pos] = hidden[row_of]
     rows[e_of, pos], slots[e_of, pos] = row_of, slot_of
-    return Batched(hidden=out.contiguous(), counts=counts.to(torch.int32), rows=rows, slots=slots,
-                   topk_ids=topk_ids if own_topk_ids is None else own_topk_ids)  # fmt: skip
+    return Batched(
+        hidden=out.contiguous(),
+        counts=counts.to(torch.int32),
+        rows=rows,
+        slots=slots,
+        topk_ids=topk_ids if own_topk_ids is None else own_topk_ids,
+    )
 
 
 def combine_batched(out: torch.Tensor, batched: Batched, topk_weights: torch.Tensor, tokens: int) -> torch.Tensor:
@@ -193,8 +156,9 @@ def combine_batched(out: torch.Tensor, batched: Batched, topk_weights: torch.Ten
     return total
 
 
-def batched_experts(module: ModuleType, experts: Experts, *, num_dispatchers: int, max_num_tokens: int,
-                    fmt: Format | None = None):  # fmt: skip
+def batched_experts(
+    module: ModuleType, experts: Experts, *, num_dispatchers: int, max_num_tokens: int, fmt: Format | None = None
+):
     """A ``BatchedMarlinExperts`` of ``module`` holding ``experts`` (in format ``fmt``: its input dtype and
     gpt-oss clamp), made without its ``__init__`` (building a real one needs a whole model config): the
     values ``apply`` reads shadow the class's properties of the same name (quant_type_id, w1_scale, ...),
@@ -208,49 +172,68 @@ def batched_experts(module: ModuleType, experts: Experts, *, num_dispatchers: in
 
     clamp = fmt is not None and fmt.clamp
     values = dict(
-        w1_bias=experts.bias1, w2_bias=experts.bias2, w1_scale=experts.s1, w2_scale=experts.s2,
-        quant_type_id=experts.quant_type_id, a1_gscale=experts.input_global_scale1,
-        a2_gscale=experts.input_global_scale2, g1_alphas=experts.global_scale1, g2_alphas=experts.global_scale2,
-        w13_g_idx=experts.g_idx1, w2_g_idx=experts.g_idx2,
-        w13_g_idx_sort_indices=experts.sort1, w2_g_idx_sort_indices=experts.sort2,
-        w1_zp=experts.zeros1, w2_zp=experts.zeros2, input_dtype=None if fmt is None else input_dtype_of(fmt),
-        is_k_full=True, gemm1_clamp_limit=GPT_OSS_CLAMP if clamp else None,
-        gemm1_alpha=GPT_OSS_ALPHA if clamp else 1.0, gemm1_beta=GPT_OSS_BETA if clamp else 0.0,
-        num_dispatchers=num_dispatchers, max_num_tokens=max_num_tokens,
-    )  # fmt: skip
+        w1_bias=experts.bias1,
+        w2_bias=experts.bias2,
+        w1_scale=experts.s1,
+        w2_scale=experts.s2,
+        quant_type_id=experts.quant_type_id,
+        a1_gscale=experts.input_global_scale1,
+        a2_gscale=experts.input_global_scale2,
+        g1_alphas=experts.global_scale1,
+        g2_alphas=experts.global_scale2,
+        w13_g_idx=experts.g_idx1,
+        w2_g_idx=experts.g_idx2,
+        w13_g_idx_sort_indices=experts.sort1,
+        w2_g_idx_sort_indices=experts.sort2,
+        w1_zp=experts.zeros1,
+        w2_zp=experts.zeros2,
+        input_dtype=None if fmt is None else input_dtype_of(fmt),
+        is_k_full=True,
+        gemm1_clamp_limit=GPT_OSS_CLAMP if clamp else None,
+        gemm1_alpha=GPT_OSS_ALPHA if clamp else 1.0,
+        gemm1_beta=GPT_OSS_BETA if clamp else 0.0,
+        num_dispatchers=num_dispatchers,
+        max_num_tokens=max_num_tokens,
+    )
     cls = type("BatchedMarlinExpertsStandIn", (module.BatchedMarlinExperts,), {**values, "__getattr__": missing})
     return object.__new__(cls)
 
 
-def call_batched(module: ModuleType, caller, w1: torch.Tensor, w2: torch.Tensor,
-                 batched: Batched, *, global_num_experts: int, topk_weights: torch.Tensor | None = None,
-                 expert_map: torch.Tensor | None = None, fmt: Format | None = None) -> torch.Tensor:  # fmt: skip
+def call_batched(
+    module: ModuleType,
+    caller,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    batched: Batched,
+    *,
+    global_num_experts: int,
+    topk_weights: torch.Tensor | None = None,
+    expert_map: torch.Tensor | None = None,
+    fmt: Format | None = None,
+) -> torch.Tensor:
     """vLLM's ``BatchedMarlinExperts.apply`` of ``module`` (the DeepEP low-latency caller): (E, capacity, K);
     the activation is ``fmt``'s (gpt-oss: the clamped SwiGLU-OAI), else SiLU."""
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
 
     activation = format_kwargs(fmt).get("activation", MoEActivation.SILU) if fmt else MoEActivation.SILU
     return module.BatchedMarlinExperts.apply(
-        caller, output=None, hidden_states=batched.hidden, w1=w1, w2=w2,
-        topk_weights=topk_weights, topk_ids=batched.topk_ids, activation=activation,
-        global_num_experts=global_num_experts, expert_map=expert_map, a1q_scale=None, a2_scale=None,
-        workspace13=None, workspace2=None, expert_tokens_meta=SimpleNamespace(expert_num_tokens=batched.counts),
+        caller,
+        output=None,
+        hidden_states=batched.hidden,
+        w1=w1,
+        w2=w2,
+        topk_weights=topk_weights,
+        topk_ids=batched.topk_ids,
+        activation=activation,
+        global_num_experts=global_num_experts,
+        expert_map=expert_map,
+        a1q_scale=None,
+        a2_scale=None,
+        workspace13=None,
+        workspace2=None,
+        expert_tokens_meta=SimpleNamespace(expert_num_tokens=batched.counts),
         apply_router_weight_on_input=False,
-    )  # fmt: skip
-
-
-@contextlib.contextmanager
-def swapped(owner, **replacements) -> Iterator[None]:
-    """Replace attributes of ``owner`` (a vLLM module, or its ``ops``) for the block, restored on exit whatever
-    happens: the one way this project patches vLLM (forcing and recording the tile, the CPU tier's spies)."""
-    saved = {name: getattr(owner, name) for name in replacements}
-    for name, value in replacements.items():
-        setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(owner, name, value)
+    )
 
 
 @contextlib.contextmanager
@@ -273,8 +256,12 @@ def forced_block_size(module: ModuleType, block_size_m: int) -> Iterator[None]:
         kwargs["block_size_m"] = block_size_m
         return kernel(*args, **kwargs)
 
-    with swapped(module, moe_align_block_size=align_forced, batched_moe_align_block_size=batched_align_forced,
-                 _fused_marlin_moe=kernel_forced):  # fmt: skip
+    with swapped(
+        module,
+        moe_align_block_size=align_forced,
+        batched_moe_align_block_size=batched_align_forced,
+        _fused_marlin_moe=kernel_forced,
+    ):
         yield
 
 

@@ -1,6 +1,6 @@
 """The tile a build's own ``fused_marlin_moe`` picks for a call, found by running that build's code.
 
-Reports say what each build did, never what the gate's copy of the rule (``ci.kernel.spec``) says it should:
+Reports say what each build did, never what the gate's copy of the rule (``ci.moe.spec``) says it should:
 the call runs the build's real Python up to its aligner, ``moe_align_block_size``, which is swapped for a
 recorder that stops the call there (no kernel runs, no GPU is needed), on tensors of the shapes the function
 checks. The call is made as vLLM makes it: ``global_num_experts`` as the caller passes it (``E`` for a server
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from ci.kernel.moe_case import swapped
+from ci.moe.patching import swapped
 
 HIDDEN = 16  # K: the smallest hidden size fused_marlin_moe's checks accept (weights are never read)
 
@@ -24,8 +24,9 @@ class _Stop(Exception):
         self.block_size = block_size
 
 
-def picked_block_size(module: ModuleType, *, m: int, topk: int, local_experts: int, global_num_experts: int,
-                      with_expert_map: bool = False) -> int:  # fmt: skip
+def picked_block_size(
+    module: ModuleType, *, m: int, topk: int, local_experts: int, global_num_experts: int, with_expert_map: bool = False
+) -> int:
     """The ``block_size_m`` the ``fused_marlin_moe`` of ``module`` gives its aligner for this call (GPTQ int4,
     bf16 activations: the formats the served models use)."""
     import torch
@@ -44,11 +45,16 @@ def picked_block_size(module: ModuleType, *, m: int, topk: int, local_experts: i
         hidden_states=torch.zeros(m, HIDDEN, dtype=torch.bfloat16),
         w1=torch.zeros(e, HIDDEN // 16, 2, dtype=torch.int32),
         w2=torch.zeros(e, 1, HIDDEN * 4 // 2, dtype=torch.int32),
-        bias1=None, bias2=None,
-        w1_scale=torch.ones(e, 1, 2, dtype=torch.bfloat16), w2_scale=torch.ones(e, 1, HIDDEN, dtype=torch.bfloat16),
-        topk_weights=torch.full((m, topk), 1.0 / topk), topk_ids=ids,
-        quant_type_id=scalar_types.uint4b8.id, global_num_experts=g, expert_map=expert_map,
-    )  # fmt: skip
+        bias1=None,
+        bias2=None,
+        w1_scale=torch.ones(e, 1, 2, dtype=torch.bfloat16),
+        w2_scale=torch.ones(e, 1, HIDDEN, dtype=torch.bfloat16),
+        topk_weights=torch.full((m, topk), 1.0 / topk),
+        topk_ids=ids,
+        quant_type_id=scalar_types.uint4b8.id,
+        global_num_experts=g,
+        expert_map=expert_map,
+    )
     with swapped(module, moe_align_block_size=align):
         try:
             module.fused_marlin_moe(**kwargs)

@@ -16,9 +16,10 @@ from ci.core.errors import DataError, UsageError
 from ci.core.results import CaseResult
 from ci.core.schema import BOOLEAN, INTEGER, POSITIVE, ListOf, MapOf, Opt
 from ci.core.subjects import Annotation, Subject, register
+from ci.host import outputs
 from ci.kernel.bench import MIN_CAPTURES
-from ci.runner import outputs
 from ci.trees.provenance import side_identity
+from ci.trees.variants import ENTRY_MODULE, SUBJECT_TESTS
 
 KIND = "kernel-bench"
 PICKS, REGRET = "block_size_m", "regret vs best block size"
@@ -49,8 +50,10 @@ def expected_cases(results) -> list[str]:
 
     if results.suite not in suites.SUITES:
         known = ", ".join(sorted(suites.SUITES))
-        raise DataError(f"suite {results.suite!r} is not one the kernel bench defines ({known}): these results were "
-                        "not written by this gate's bench; re-run it")  # fmt: skip
+        raise DataError(
+            f"suite {results.suite!r} is not one the kernel bench defines ({known}): these results were "
+            "not written by this gate's bench; re-run it"
+        )
     try:
         return [c.id for c in suites.suite_cases(results.suite, results.settings.get("case_filter"))]
     except UsageError as exc:
@@ -63,8 +66,9 @@ def case_problems(case: CaseResult) -> list[str]:
     if correctness is None:
         return ["no correctness check recorded: the bench times a case only after both builds agree; re-run it"]
     if not isinstance(correctness, dict) or type(correctness.get("ok")) is not bool:
-        raise DataError(f"case {case.id}: extra.correctness should be an object with a boolean 'ok', found "
-                        f"{correctness!r}")  # fmt: skip
+        raise DataError(
+            f"case {case.id}: extra.correctness should be an object with a boolean 'ok', found {correctness!r}"
+        )
     return [] if correctness["ok"] else [f"the builds' outputs disagree ({correctness.get('error', 'no detail')})"]
 
 
@@ -86,11 +90,16 @@ def annotate(case: CaseResult, stored: CaseResult | None, side: str | None) -> A
             found = {k: v for k, v in found.items() if k in ("best_block_size_m", side)}
     notes = []
     if stored is not None and picks and None not in picks.values() and picks["baseline"] != picks["this run"]:
-        notes.append(f"the {side} build picked block_size_m {picks['baseline']} in the baseline and "
-                     f"{picks['this run']} now: different kernels were timed")  # fmt: skip
+        notes.append(
+            f"the {side} build picked block_size_m {picks['baseline']} in the baseline and "
+            f"{picks['this run']} now: different kernels were timed"
+        )
     picks_header, regret_header = columns("ab" if stored is None else "baseline")
-    return Annotation(cells={picks_header: picks_text(picks), regret_header: regret_text(found)},
-                      data={"block_size_m": picks, "regret": found}, notes=notes)  # fmt: skip
+    return Annotation(
+        cells={picks_header: picks_text(picks), regret_header: regret_text(found)},
+        data={"block_size_m": picks, "regret": found},
+        notes=notes,
+    )
 
 
 def picks_text(picks: dict | None) -> str:
@@ -125,7 +134,7 @@ def panel(results):
         return None
 
     def draw(ax) -> None:
-        from ci.kernel.spec import BLOCK_SIZES_M
+        from ci.moe.spec import BLOCK_SIZES_M
 
         grid = []
         for c in sweeps:
@@ -153,8 +162,21 @@ SCHEMA = {
     "extra": {"block_sizes_us": MapOf(ListOf(POSITIVE), digits=True), "correctness": {"ok": BOOLEAN}},
 }
 
-SUBJECT = register(Subject(kind=KIND, identity=side_identity, schema=SCHEMA,
-                           expected_cases=expected_cases, min_captures=lambda results: MIN_CAPTURES,
-                           case_problems=case_problems, columns=columns, annotate=annotate, panel=panel,
-                           results_file=outputs.KERNEL_RESULTS,
-                           writer=outputs.WRITERS[outputs.KERNEL_RESULTS]))  # fmt: skip
+SUBJECT = register(
+    Subject(
+        kind=KIND,
+        identity=side_identity,
+        schema=SCHEMA,
+        expected_cases=expected_cases,
+        min_captures=lambda results: MIN_CAPTURES,
+        case_problems=case_problems,
+        columns=columns,
+        annotate=annotate,
+        panel=panel,
+        results_file=outputs.KERNEL_RESULTS,
+        writer=outputs.WRITERS[outputs.KERNEL_RESULTS],
+        entry_module=ENTRY_MODULE,
+        test_folder=SUBJECT_TESTS[ENTRY_MODULE],
+        bench="ci.kernel.bench",
+    )
+)

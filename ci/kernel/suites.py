@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from ci.core.errors import UsageError
 from ci.kernel.formats import FORMATS_BY_NAME, Format
-from ci.kernel.shapes import MODELS
-from ci.kernel.spec import BLOCK_SIZES_M, MIN_BLOCK_SIZE_M_1_BYTE_INPUT, NON_EP
+from ci.moe.shapes import MODELS, Shape
+from ci.moe.spec import BLOCK_SIZES_M, MIN_BLOCK_SIZE_M_1_BYTE_INPUT, NON_EP
 
 BATCHED_MAX_TOKENS = 128  # DeepEP low latency: tokens a dispatcher may send per expert (capacity = 128 x EP)
 
@@ -45,6 +45,11 @@ class BenchCase:
         return self.ep == 1 and self.path == "fused"
 
     @property
+    def shape(self) -> Shape:
+        """The MoE shape the case runs, as one object (its name and dimensions)."""
+        return Shape(self.shape_name, self.hidden, self.intermediate, self.experts, self.topk)
+
+    @property
     def format(self) -> Format:
         return FORMATS_BY_NAME.get(self.quant, GPTQ_INT4)
 
@@ -64,7 +69,7 @@ class BenchCase:
 
 GPTQ_INT4 = FORMATS_BY_NAME["gptq-int4"]
 
-# Real model shapes, full size (ci.kernel.shapes; the weights are random bits: no quantization cost).
+# Real model shapes, full size (ci.moe.shapes; the weights are random bits: no quantization cost).
 MODEL_SHAPES = {name: (m.hidden, m.intermediate, m.experts, m.topk) for name, m in MODELS.items()}
 
 # "batched": the DeepEP low-latency path (decode: a few tokens per expert at a large capacity).
@@ -76,25 +81,43 @@ MODEL_SHAPES = {name: (m.hidden, m.intermediate, m.experts, m.topk) for name, m 
 # dispatcher): capacities 4 to 64, where vLLM 0.25.1 picks the tiles 8, 16, 32, 48 and 64 (at the
 # capacity-1024 cases every rule picks 64).
 SUITES = {
-    "default": {"shapes": tuple(MODEL_SHAPES), "ep": (1, 2, 4, 8), "tokens": (1, 4, 8, 16, 32, 64, 128),
-                "batched": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "ep": (8,), "tokens": (1, 8, 32)},
-                "formats": ({"shape": "deepseek-v3", "quant": "nvfp4", "ep": (1, 2, 4, 8), "tokens": (1, 8, 64)},
-                            {"shape": "gpt-oss-120b", "quant": "gpt-oss-mxfp4", "ep": (1, 2, 4, 8),
-                             "tokens": (1, 8, 64)},
-                            {"shape": "qwen3-30b-a3b", "quant": "w4a8-int8", "ep": (1, 8), "tokens": (1, 8, 64)}),
-                "small_capacities": {"shapes": ("deepseek-v3",), "ep_rows": ((1, 4), (2, 4), (8, 2), (8, 4), (8, 8)),
-                                     "tokens": 1},
-                "modular": {"shapes": tuple(MODEL_SHAPES), "tokens": (1, 8, 64)}},
+    "default": {
+        "shapes": tuple(MODEL_SHAPES),
+        "ep": (1, 2, 4, 8),
+        "tokens": (1, 4, 8, 16, 32, 64, 128),
+        "batched": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "ep": (8,), "tokens": (1, 8, 32)},
+        "formats": (
+            {"shape": "deepseek-v3", "quant": "nvfp4", "ep": (1, 2, 4, 8), "tokens": (1, 8, 64)},
+            {"shape": "gpt-oss-120b", "quant": "gpt-oss-mxfp4", "ep": (1, 2, 4, 8), "tokens": (1, 8, 64)},
+            {"shape": "qwen3-30b-a3b", "quant": "w4a8-int8", "ep": (1, 8), "tokens": (1, 8, 64)},
+        ),
+        "small_capacities": {
+            "shapes": ("deepseek-v3",),
+            "ep_rows": ((1, 4), (2, 4), (8, 2), (8, 4), (8, 8)),
+            "tokens": 1,
+        },
+        "modular": {"shapes": tuple(MODEL_SHAPES), "tokens": (1, 8, 64)},
+    },
     # "high_load": where the tile oracle's rule (ci/changes/tile-oracle) leaves #48144: 90.5-181 rows per expert
     # and the loads on either side, every shape (the held-out ones too) in int4, and NVFP4 and FP8 beside it.
-    "high_load": {"shapes": tuple(MODEL_SHAPES), "ep": (1, 2, 4, 8), "tokens": (256, 512, 1024),
-                  "formats": ({"shape": "deepseek-v3", "quant": "nvfp4", "ep": (4, 8), "tokens": (256, 512, 1024)},
-                              {"shape": "mixtral-8x7b", "quant": "fp8", "ep": (1, 2, 4, 8), "tokens": (64, 128, 256)}),
-                  "modular": {"shapes": ("mixtral-8x7b",), "tokens": (512,)}},
-    "quick": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "ep": (1, 8), "tokens": (8, 64),
-              "batched": {"shapes": ("deepseek-v3",), "ep": (8,), "tokens": (8,)},
-              "modular": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "tokens": (8, 64)}},
-}  # fmt: skip
+    "high_load": {
+        "shapes": tuple(MODEL_SHAPES),
+        "ep": (1, 2, 4, 8),
+        "tokens": (256, 512, 1024),
+        "formats": (
+            {"shape": "deepseek-v3", "quant": "nvfp4", "ep": (4, 8), "tokens": (256, 512, 1024)},
+            {"shape": "mixtral-8x7b", "quant": "fp8", "ep": (1, 2, 4, 8), "tokens": (64, 128, 256)},
+        ),
+        "modular": {"shapes": ("mixtral-8x7b",), "tokens": (512,)},
+    },
+    "quick": {
+        "shapes": ("deepseek-v3", "qwen3-30b-a3b"),
+        "ep": (1, 8),
+        "tokens": (8, 64),
+        "batched": {"shapes": ("deepseek-v3",), "ep": (8,), "tokens": (8,)},
+        "modular": {"shapes": ("deepseek-v3", "qwen3-30b-a3b"), "tokens": (8, 64)},
+    },
+}
 
 
 def suite_cases(suite: str, pattern: str | None = None) -> list[BenchCase]:

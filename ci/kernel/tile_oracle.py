@@ -36,9 +36,9 @@ from ci.core import stats
 from ci.core.cli import run_main
 from ci.core.errors import DataError, UsageError
 from ci.core.jsonio import write_json
-from ci.kernel import spec
 from ci.kernel.tile_sweep import KIND as SWEEP_KIND
 from ci.kernel.tile_sweep import SWEEP_FILE, Sweep, SweepCase, load_sweep
+from ci.moe import spec
 
 KIND = "marlin-tile-oracle"
 SCHEMA_VERSION = 1
@@ -49,7 +49,7 @@ RULES = ("base", "candidate", "fitted")
 
 
 def threshold_tile(rows_per_expert: float) -> int:
-    """#48144's rule on a load (``ci.kernel.spec``): the first tile whose fill ``r / tile`` is under 0.9."""
+    """#48144's rule on a load (``ci.moe.spec``): the first tile whose fill ``r / tile`` is under 0.9."""
     for tile in spec.BLOCK_SIZES_M:
         if rows_per_expert / tile < float(spec.SATURATION):
             return tile
@@ -112,8 +112,9 @@ def case_times(case: SweepCase) -> CaseTimes:
         per_capture[tile] = [stats.median(by_cap[b]) for b in caps]
     lengths = {len(v) for v in per_capture.values()}
     if len(lengths) != 1:
-        raise DataError(f"case {case.id!r}: tiles were timed in different numbers of captures ({sorted(lengths)}); "
-                        "re-run the case")  # fmt: skip
+        raise DataError(
+            f"case {case.id!r}: tiles were timed in different numbers of captures ({sorted(lengths)}); re-run the case"
+        )
     return CaseTimes(id=case.id, info=case.info, picks=dict(case.picks), per_capture=per_capture)
 
 
@@ -156,16 +157,27 @@ def fit_rule(cases: Sequence[CaseTimes], min_gain: float = MIN_GAIN) -> tuple[Ti
             if overrides and overrides[-1][1] == lo and overrides[-1][2] == tile:
                 lo = overrides.pop()[0]
             overrides.append((lo, hi, tile))
-        evidence.append({"load": 2.0**k, "cases": len(group), "threshold_tiles": now,
-                         "threshold_regret": math.exp(current) - 1, "best_tile": best,
-                         "best_regret": math.exp(cost[best]) - 1, "gain": gain,
-                         "override": tile})  # fmt: skip
+        evidence.append(
+            {
+                "load": 2.0**k,
+                "cases": len(group),
+                "threshold_tiles": now,
+                "threshold_regret": math.exp(current) - 1,
+                "best_tile": best,
+                "best_regret": math.exp(cost[best]) - 1,
+                "gain": gain,
+                "override": tile,
+            }
+        )
     return TileRule(tuple(overrides)), evidence
 
 
 def picks_of(case: CaseTimes, rule: TileRule) -> dict[str, int]:
-    return {"base": case.picks["base"], "candidate": case.picks["candidate"],
-            "fitted": rule.pick(case.rows_per_expert, case.itemsize)}  # fmt: skip
+    return {
+        "base": case.picks["base"],
+        "candidate": case.picks["candidate"],
+        "fitted": rule.pick(case.rows_per_expert, case.itemsize),
+    }
 
 
 def geomean(xs: Sequence[float]) -> float:
@@ -200,10 +212,22 @@ def case_rows(cases: Sequence[CaseTimes], rule: TileRule) -> list[dict]:
         regrets = {}
         for name, tile in picks.items():
             e = c.regret(tile)
-            regrets[name] = {"tile": tile, "regret": round(e.ratio - 1, 5),
-                             "ci": [round(e.ci_low - 1, 5), round(e.ci_high - 1, 5)]}  # fmt: skip
-        out.append({"id": c.id, "split": c.info["split"], "format": c.info["format"], "path": c.info["path"],
-                    "rows_per_expert": c.rows_per_expert, "best": c.best, **regrets})  # fmt: skip
+            regrets[name] = {
+                "tile": tile,
+                "regret": round(e.ratio - 1, 5),
+                "ci": [round(e.ci_low - 1, 5), round(e.ci_high - 1, 5)],
+            }
+        out.append(
+            {
+                "id": c.id,
+                "split": c.info["split"],
+                "format": c.info["format"],
+                "path": c.info["path"],
+                "rows_per_expert": c.rows_per_expert,
+                "best": c.best,
+                **regrets,
+            }
+        )
     return out
 
 
@@ -216,8 +240,10 @@ def where_picks_differ(rows: Sequence[dict]) -> list[dict]:
             speedup = (1 + r["candidate"]["regret"]) / (1 + r["fitted"]["regret"])
             for key in ((r["split"], r["path"]), ("all", r["path"]), ("all", "all")):
                 groups[key].append(speedup)
-    return [{"split": split, "path": path, "cases": len(v), "speedup_geomean": geomean(v) - 1,
-             "speedup_least": min(v) - 1} for (split, path), v in sorted(groups.items())]  # fmt: skip
+    return [
+        {"split": split, "path": path, "cases": len(v), "speedup_geomean": geomean(v) - 1, "speedup_least": min(v) - 1}
+        for (split, path), v in sorted(groups.items())
+    ]
 
 
 def _pct(x: float | None) -> str:
@@ -237,47 +263,78 @@ def _vllm_version(prov: dict) -> str:
 def render(sweep: Sweep, rule: TileRule, evidence: list[dict], summary: list[dict], rows: list[dict]) -> str:
     prov = sweep.provenance
     lines = [
-        "# Tile oracle", "",
+        "# Tile oracle",
+        "",
         f"Sweep: {len(sweep.cases)} cases, grid `{sweep.grid}`, {_gpu_name(prov)}, vLLM {_vllm_version(prov)}, "
         f"{sweep.settings.get('captures')} captures per tile.",
-        "", "## The fitted rule", "",
+        "",
+        "## The fitted rule",
+        "",
         "#48144's thresholds on the expected rows per expert r = M * topk / G (the first tile of 8, 16, 32, 48, "
-        "64 with r / tile < 0.9; 1-byte inputs at least 16), on both paths, with these overrides:", "",
-        "| r from | r below | tile |", "|---:|---:|---:|",
-    ]  # fmt: skip
+        "64 with r / tile < 0.9; 1-byte inputs at least 16), on both paths, with these overrides:",
+        "",
+        "| r from | r below | tile |",
+        "|---:|---:|---:|",
+    ]
     lines += [f"| {lo:g} | {hi:g} | {t} |" for lo, hi, t in rule.overrides] or ["| - | - | none |"]
-    lines += ["", f"Per load bucket (fitted shapes): the thresholds' tile and regret, the best tile, its regret, and "
-              f"the override (a gain over {MIN_GAIN:.0%} geomean).", "",
-              "| load | cases | thresholds' tile | its regret | best tile | best regret | override |",
-              "|---:|---:|---|---:|---:|---:|---:|"]  # fmt: skip
-    lines += [f"| {e['load']:g} | {e['cases']} | {'/'.join(map(str, e['threshold_tiles']))} | "
-              f"{_pct(e['threshold_regret'])} | {e['best_tile']} | {_pct(e['best_regret'])} | "
-              f"{e['override'] or '-'} |" for e in evidence]  # fmt: skip
-    lines += ["", "## Regret (time of the pick / time of the fastest tile - 1): geomean / worst", "",
-              "| split | format | path | cases | base | #48144 | fitted | picks differ | fitted vs #48144 there "
-              "(geomean / worst) |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines += [
+        "",
+        f"Per load bucket (fitted shapes): the thresholds' tile and regret, the best tile, its regret, and "
+        f"the override (a gain over {MIN_GAIN:.0%} geomean).",
+        "",
+        "| load | cases | thresholds' tile | its regret | best tile | best regret | override |",
+        "|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {e['load']:g} | {e['cases']} | {'/'.join(map(str, e['threshold_tiles']))} | "
+        f"{_pct(e['threshold_regret'])} | {e['best_tile']} | {_pct(e['best_regret'])} | "
+        f"{e['override'] or '-'} |"
+        for e in evidence
+    ]
+    lines += [
+        "",
+        "## Regret (time of the pick / time of the fastest tile - 1): geomean / worst",
+        "",
+        "| split | format | path | cases | base | #48144 | fitted | picks differ | fitted vs #48144 there "
+        "(geomean / worst) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in summary:
-        lines.append(f"| {r['split']} | {r['format']} | {r['path']} | {r['cases']} | "
-                     + " | ".join(f"{_pct(r[f'{n}_geomean'])} / {_pct(r[f'{n}_worst'])}" for n in RULES)
-                     + f" | {r['differ']} | {_pct(r['differ_speedup_geomean'])} / "
-                     f"{_pct(r['differ_worst'])} |")  # fmt: skip
-    lines += ["", "Where the fitted pick is not #48144's: the fitted pick's speed-up over #48144's (geomean, and the "
-              "least: negative would be a case it makes slower).", "",
-              "| split | path | cases | speed-up geomean | least |", "|---|---|---:|---:|---:|"]  # fmt: skip
-    lines += [f"| {d['split']} | {d['path']} | {d['cases']} | {_pct(d['speedup_geomean'])} | "
-              f"{_pct(d['speedup_least'])} |" for d in where_picks_differ(rows)]  # fmt: skip
+        lines.append(
+            f"| {r['split']} | {r['format']} | {r['path']} | {r['cases']} | "
+            + " | ".join(f"{_pct(r[f'{n}_geomean'])} / {_pct(r[f'{n}_worst'])}" for n in RULES)
+            + f" | {r['differ']} | {_pct(r['differ_speedup_geomean'])} / "
+            f"{_pct(r['differ_worst'])} |"
+        )
+    lines += [
+        "",
+        "Where the fitted pick is not #48144's: the fitted pick's speed-up over #48144's (geomean, and the "
+        "least: negative would be a case it makes slower).",
+        "",
+        "| split | path | cases | speed-up geomean | least |",
+        "|---|---|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {d['split']} | {d['path']} | {d['cases']} | {_pct(d['speedup_geomean'])} | {_pct(d['speedup_least'])} |"
+        for d in where_picks_differ(rows)
+    ]
     worst = sorted(rows, key=lambda r: -r["fitted"]["regret"])[:5]
     lines += ["", "Worst cases of the fitted rule (regret with its 95% interval over captures):", ""]
-    lines += [f"- `{r['id']}`: pick {r['fitted']['tile']}, best {r['best']}, {_pct(r['fitted']['regret'])} "
-              f"[{_pct(r['fitted']['ci'][0])}, {_pct(r['fitted']['ci'][1])}]" for r in worst]  # fmt: skip
+    lines += [
+        f"- `{r['id']}`: pick {r['fitted']['tile']}, best {r['best']}, {_pct(r['fitted']['regret'])} "
+        f"[{_pct(r['fitted']['ci'][0])}, {_pct(r['fitted']['ci'][1])}]"
+        for r in worst
+    ]
     return "\n".join(lines) + "\n"
 
 
 def read_sweep(path: Path) -> Sweep:
     """A sweep dataset, plain or gzipped (the committed form)."""
     if not path.exists():
-        raise UsageError(f"--sweep {path}: no such file; run `nox -s tile_sweep` first, or pass the committed "
-                         "reports/<machine>/tile-oracle/*.json.gz")  # fmt: skip
+        raise UsageError(
+            f"--sweep {path}: no such file; run `nox -s tile_sweep` first, or pass the committed "
+            "reports/<machine>/tile-oracle/*.json.gz"
+        )
     if path.suffix != ".gz":
         return load_sweep(path)
     try:
@@ -299,11 +356,22 @@ def analyse(sweep: Sweep, min_gain: float = MIN_GAIN) -> dict:
     rule, evidence = fit_rule([c for c in cases if c.info["split"] == "fitted"], min_gain)
     summary = summarize(cases, rule)
     rows = case_rows(cases, rule)
-    return {"kind": KIND, "schema_version": SCHEMA_VERSION, "sweep": {"grid": sweep.grid, "cases": len(cases),
-            "provenance": sweep.provenance, "settings": {k: v for k, v in sweep.settings.items()
-                                                         if k != "expected_cases"}},
-            "min_gain": min_gain, "rule": asdict(rule), "buckets": evidence, "summary": summary,
-            "where_picks_differ": where_picks_differ(rows), "cases": rows}  # fmt: skip
+    return {
+        "kind": KIND,
+        "schema_version": SCHEMA_VERSION,
+        "sweep": {
+            "grid": sweep.grid,
+            "cases": len(cases),
+            "provenance": sweep.provenance,
+            "settings": {k: v for k, v in sweep.settings.items() if k != "expected_cases"},
+        },
+        "min_gain": min_gain,
+        "rule": asdict(rule),
+        "buckets": evidence,
+        "summary": summary,
+        "where_picks_differ": where_picks_differ(rows),
+        "cases": rows,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -319,8 +387,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for name in (ORACLE_FILE, REPORT_FILE):
         if (args.out / name).exists() and not _ours(args.out / name):
-            raise UsageError(f"--out {args.out}: {name} there was not written by the tile oracle; pick another "
-                             "folder (nothing was changed)")  # fmt: skip
+            raise UsageError(
+                f"--out {args.out}: {name} there was not written by the tile oracle; pick another "
+                "folder (nothing was changed)"
+            )
     write_json(args.out / ORACLE_FILE, result)
     (args.out / REPORT_FILE).write_text(report)
     print(report)

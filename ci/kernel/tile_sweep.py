@@ -34,6 +34,7 @@ from ci.core.cli import run_main
 from ci.core.errors import DataError, IncompleteEvidenceError, UsageError
 from ci.core.jsonio import read_json, write_json
 from ci.kernel.suites import MODEL_SHAPES, BenchCase, runnable_block_sizes
+from ci.moe.routing import rank_view
 
 KIND = "marlin-tile-sweep"
 SCHEMA_VERSION = 1
@@ -55,14 +56,26 @@ BATCHED_CAPACITIES = (4, 8, 16, 32, 64, 128, 256, 512, 1024)  # rows per expert 
 BATCHED_LOADS = (1, 8, 32)  # tokens per rank on the batched path (at most the rows a dispatcher may send)
 
 GRIDS = {
-    "full": {"shapes": FITTED_SHAPES + HELD_OUT_SHAPES, "formats": SWEEP_FORMATS, "ep": EP_SIZES,
-             "tokens": DECODE_LOADS,
-             "batched": {"shapes": FITTED_SHAPES, "formats": (INT4,), "capacities": BATCHED_CAPACITIES,
-                         "tokens": BATCHED_LOADS}},
-    "quick": {"shapes": ("qwen3-30b-a3b",), "formats": (INT4, "nvfp4"), "ep": (1, 8), "tokens": (1, 16, 128),
-              "batched": {"shapes": ("qwen3-30b-a3b",), "formats": (INT4,), "capacities": (16, 1024),
-                          "tokens": (1, 8)}},
-}  # fmt: skip
+    "full": {
+        "shapes": FITTED_SHAPES + HELD_OUT_SHAPES,
+        "formats": SWEEP_FORMATS,
+        "ep": EP_SIZES,
+        "tokens": DECODE_LOADS,
+        "batched": {
+            "shapes": FITTED_SHAPES,
+            "formats": (INT4,),
+            "capacities": BATCHED_CAPACITIES,
+            "tokens": BATCHED_LOADS,
+        },
+    },
+    "quick": {
+        "shapes": ("qwen3-30b-a3b",),
+        "formats": (INT4, "nvfp4"),
+        "ep": (1, 8),
+        "tokens": (1, 16, 128),
+        "batched": {"shapes": ("qwen3-30b-a3b",), "formats": (INT4,), "capacities": (16, 1024), "tokens": (1, 8)},
+    },
+}
 
 
 def _quant_on(shape: str, fmt: str) -> str:
@@ -82,15 +95,30 @@ def grid_cases(grid: str, pattern: str | None = None) -> list[BenchCase]:
     if grid not in GRIDS:
         raise UsageError(f"--grid {grid!r}: unknown; choose one of {sorted(GRIDS)}")
     g, b = GRIDS[grid], GRIDS[grid]["batched"]
-    cases = [BenchCase(s, *MODEL_SHAPES[s], ep=ep, tokens_per_rank=t, quant=_quant_on(s, f))
-             for f in g["formats"] for ep in g["ep"] for s in g["shapes"] for t in g["tokens"]]  # fmt: skip
+    cases = [
+        BenchCase(s, *MODEL_SHAPES[s], ep=ep, tokens_per_rank=t, quant=_quant_on(s, f))
+        for f in g["formats"]
+        for ep in g["ep"]
+        for s in g["shapes"]
+        for t in g["tokens"]
+    ]
     for s in b["shapes"]:
         for f in b["formats"]:
             for cap in b["capacities"]:
                 ep, rows = _batched_ep(cap)
-                cases += [BenchCase(s, *MODEL_SHAPES[s], ep=ep, tokens_per_rank=t, quant=_quant_on(s, f),
-                                    path="batched", per_dispatcher=rows)
-                          for t in b["tokens"] if t <= rows]  # fmt: skip
+                cases += [
+                    BenchCase(
+                        s,
+                        *MODEL_SHAPES[s],
+                        ep=ep,
+                        tokens_per_rank=t,
+                        quant=_quant_on(s, f),
+                        path="batched",
+                        per_dispatcher=rows,
+                    )
+                    for t in b["tokens"]
+                    if t <= rows
+                ]
     cases.sort(key=lambda c: _priority(g, c))  # stable: the loads of one weight set stay together, in order
     if pattern:
         globs = [p for p in pattern.split(",") if p]
@@ -120,14 +148,23 @@ def case_info(case: BenchCase, local_experts: int) -> dict:
     """What the analysis keys on: the case's shape, format, EP layout and the load it puts on one expert."""
     rows = case.rows
     return {
-        "shape": case.shape_name, "hidden": case.hidden, "intermediate": case.intermediate,
-        "global_experts": case.experts, "local_experts": local_experts, "topk": case.topk, "ep": case.ep,
-        "tokens_per_rank": case.tokens_per_rank, "rows": rows, "path": case.path, "format": case.quant,
-        "input_itemsize": case.format.input_itemsize, "global_num_experts_arg": case.global_num_experts,
+        "shape": case.shape_name,
+        "hidden": case.hidden,
+        "intermediate": case.intermediate,
+        "global_experts": case.experts,
+        "local_experts": local_experts,
+        "topk": case.topk,
+        "ep": case.ep,
+        "tokens_per_rank": case.tokens_per_rank,
+        "rows": rows,
+        "path": case.path,
+        "format": case.quant,
+        "input_itemsize": case.format.input_itemsize,
+        "global_num_experts_arg": case.global_num_experts,
         "capacity": case.capacity if case.path == "batched" else None,
         "rows_per_expert": rows * case.topk / case.experts,  # the mean valid load of one expert
         "split": split_of(case),
-    }  # fmt: skip
+    }
 
 
 @dataclass(kw_only=True)
@@ -179,8 +216,9 @@ def _check_case(where: str, raw: object) -> SweepCase:
     info = raw.get("info")
     if not isinstance(info, dict):
         raise DataError(f"{where}: case {cid!r}: info must be an object")
-    return SweepCase(id=cid, info=info, picks=picks, samples=samples, captures=captures,
-                     wall_s=float(raw.get("wall_s", 0.0)))  # fmt: skip
+    return SweepCase(
+        id=cid, info=info, picks=picks, samples=samples, captures=captures, wall_s=float(raw.get("wall_s", 0.0))
+    )
 
 
 def load_sweep(path: Path | str) -> Sweep:
@@ -208,30 +246,38 @@ def resumable(path: Path, grid: str, settings: dict) -> Sweep | None:
     try:
         sweep = load_sweep(path)
     except DataError as exc:
-        raise UsageError(f"--out {path.parent}: {SWEEP_FILE} there is not a sweep this stage can resume ({exc}); "
-                         "pick another --out folder (nothing was changed)") from None  # fmt: skip
+        raise UsageError(
+            f"--out {path.parent}: {SWEEP_FILE} there is not a sweep this stage can resume ({exc}); "
+            "pick another --out folder (nothing was changed)"
+        ) from None
     differs = [k for k in RESUME_KEYS if sweep.settings.get(k) != settings.get(k)]
     if sweep.grid != grid or differs:
-        what = f"grid {sweep.grid!r}" if sweep.grid != grid else ", ".join(
-            f"{k} {sweep.settings.get(k)!r} (now {settings.get(k)!r})" for k in differs)  # fmt: skip
-        raise UsageError(f"--out {path.parent}: {SWEEP_FILE} there is another sweep ({what}); resume it with its "
-                         "own options, or pick another --out folder (nothing was changed)")  # fmt: skip
+        what = (
+            f"grid {sweep.grid!r}"
+            if sweep.grid != grid
+            else ", ".join(f"{k} {sweep.settings.get(k)!r} (now {settings.get(k)!r})" for k in differs)
+        )
+        raise UsageError(
+            f"--out {path.parent}: {SWEEP_FILE} there is another sweep ({what}); resume it with its "
+            "own options, or pick another --out folder (nothing was changed)"
+        )
     return sweep
 
 
 def time_tiles(runner, module, tiles: Sequence[int], captures: int, rounds: int) -> tuple[dict, dict]:
     """Every tile of ``tiles`` forced on ``module``, timed by the bench's method
-    (``ci.kernel.bench.time_in_captures``) in ``captures`` fresh captures, each with its own random pad and
+    (``ci.timing.captures.time_in_captures``) in ``captures`` fresh captures, each with its own random pad and
     random order of the tiles. Seeded by the case id: a re-run times in the same order."""
-    from ci.kernel.bench import time_in_captures
+    from ci.timing.captures import time_in_captures
 
     rng = random.Random(f"ep-marlin-gate:tile-sweep:{runner.case.id}")
     plan = []
     for _ in range(captures):
         pad = 256 * rng.randrange(1, 4096)
         plan.append(([str(t) for t in rng.sample(list(tiles), len(tiles))], pad))
-    return time_in_captures(runner, runner.case.id, captures, rounds,
-                            lambda tile: runner.capture(module, forced_bm=int(tile)), plan)  # fmt: skip
+    return time_in_captures(
+        runner, runner.case.id, captures, rounds, lambda tile: runner.capture(module, forced_bm=int(tile)), plan
+    )
 
 
 def _bar(done: int, total: int, started: float, width: int = 24) -> str:
@@ -242,12 +288,20 @@ def _bar(done: int, total: int, started: float, width: int = 24) -> str:
     return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {elapsed:.0f} s, ETA {eta:.0f} s"
 
 
-def run_sweep(trees, cases: list[BenchCase], sweep: Sweep, out: Path, *, captures: int, rounds: int,
-              budget_s: float | None = None, log=print) -> Sweep:  # fmt: skip
+def run_sweep(
+    trees,
+    cases: list[BenchCase],
+    sweep: Sweep,
+    out: Path,
+    *,
+    captures: int,
+    rounds: int,
+    budget_s: float | None = None,
+    log=print,
+) -> Sweep:
     """Time the cases not yet in ``sweep``, saving after each; stop starting cases once ``budget_s`` is spent."""
     import torch
 
-    from ci.kernel import moe_case as mc
     from ci.kernel.bench import picked_block_size, timing_experts
     from ci.kernel.graphs import CaseRunner
     from ci.trees.variants import load_variants, put_base_first
@@ -256,15 +310,19 @@ def run_sweep(trees, cases: list[BenchCase], sweep: Sweep, out: Path, *, capture
     base, cand = load_variants(trees)
     todo = [c for c in cases if c.id not in sweep.done()]
     started, key, experts, in_a_row = time.time(), None, None, 0
-    log(f"tile sweep: {len(cases)} cases in grid {sweep.grid!r}, {len(cases) - len(todo)} already done, "
-        f"{len(todo)} to time ({captures} captures x {rounds} rounds per tile)")  # fmt: skip
+    log(
+        f"tile sweep: {len(cases)} cases in grid {sweep.grid!r}, {len(cases) - len(todo)} already done, "
+        f"{len(todo)} to time ({captures} captures x {rounds} rounds per tile)"
+    )
     for i, case in enumerate(todo, 1):
         if budget_s is not None and time.time() - started > budget_s:
-            log(f"tile sweep: budget of {budget_s:.0f} s spent; {len(todo) - i + 1} cases left: run the same "
-                "command again to resume")  # fmt: skip
+            log(
+                f"tile sweep: budget of {budget_s:.0f} s spent; {len(todo) - i + 1} cases left: run the same "
+                "command again to resume"
+            )
             break
         try:
-            local = int(mc.rank_view(case.experts, case.ep, 0).local_ids.numel())
+            local = int(rank_view(case.experts, case.ep, 0).local_ids.numel())
             if (case.shape_name, case.ep, case.quant) != key:
                 experts, key = None, (case.shape_name, case.ep, case.quant)
                 torch.cuda.empty_cache()
@@ -287,20 +345,31 @@ def run_sweep(trees, cases: list[BenchCase], sweep: Sweep, out: Path, *, capture
             torch.cuda.empty_cache()
             continue
         in_a_row = 0
-        sweep.cases.append(SweepCase(id=case.id, info=case_info(case, local), picks=picks, samples=samples,
-                                     captures=capture_of, wall_s=round(time.time() - t0, 2)))  # fmt: skip
+        sweep.cases.append(
+            SweepCase(
+                id=case.id,
+                info=case_info(case, local),
+                picks=picks,
+                samples=samples,
+                captures=capture_of,
+                wall_s=round(time.time() - t0, 2),
+            )
+        )
         sweep.settings["wall_time_s"] = round(sweep.settings.get("wall_time_s", 0.0) + time.time() - t0, 1)
         sweep.settings["complete"] = len(sweep.done() & {c.id for c in cases}) == len(cases)
         sweep.save(out)
         best = min(samples, key=lambda t: sorted(samples[t])[len(samples[t]) // 2])
-        log(f"tile sweep {_bar(len(cases) - len(todo) + i, len(cases), started)} {case.id}: best {best}, "
-            f"base picks {picks['base']}, candidate {picks['candidate']}")  # fmt: skip
+        log(
+            f"tile sweep {_bar(len(cases) - len(todo) + i, len(cases), started)} {case.id}: best {best}, "
+            f"base picks {picks['base']}, candidate {picks['candidate']}"
+        )
     return sweep
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m ci.kernel.tile_sweep",
-                                     description=__doc__.split("\n\n")[0])  # fmt: skip
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m ci.kernel.tile_sweep", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--manifest", type=Path, required=True, help="manifest.json of the trees (ci.trees.build)")
     parser.add_argument("--grid", default="full", help=f"one of {sorted(GRIDS)} (default %(default)s)")
     parser.add_argument("--cases", help="only case ids matching this glob (or any of several, comma-separated)")
@@ -311,23 +380,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help=f"folder the stage writes {SWEEP_FILE} into")
     args = parser.parse_args(argv)
     if args.captures < DEFAULT_CAPTURES or args.rounds < 1:
-        raise UsageError(f"--captures {args.captures} --rounds {args.rounds}: an interval over captures needs at "
-                         f"least {DEFAULT_CAPTURES} captures and one round each")  # fmt: skip
+        raise UsageError(
+            f"--captures {args.captures} --rounds {args.rounds}: an interval over captures needs at "
+            f"least {DEFAULT_CAPTURES} captures and one round each"
+        )
     if args.budget_s is not None and args.budget_s <= 0:
         raise UsageError(f"--budget-s {args.budget_s}: a positive number of seconds")
     if args.out.suffix == ".json" or (args.out.exists() and not args.out.is_dir()):
         raise UsageError(f"--out {args.out}: the folder the stage writes {SWEEP_FILE} into; pass a folder")
     cases = grid_cases(args.grid, args.cases)
-    from ci.kernel.graphs import CALLS_PER_GRAPH
-    from ci.runner import gpu
+    from ci.host import gpu
+    from ci.timing.graphs import CALLS_PER_GRAPH
     from ci.trees import provenance
     from ci.trees.manifest import load_trees
 
     trees = load_trees(args.manifest)
-    settings = {"captures": args.captures, "rounds": args.rounds, "calls_per_graph": CALLS_PER_GRAPH,
-                "vllm": trees.manifest.vllm_version, "patch_sha256": trees.manifest.patch_sha256,
-                "case_filter": args.cases, "expected_cases": [c.id for c in cases], "complete": False,
-                "timer": "CUDA events around a CUDA-graph replay (ci.kernel.graphs)"}  # fmt: skip
+    settings = {
+        "captures": args.captures,
+        "rounds": args.rounds,
+        "calls_per_graph": CALLS_PER_GRAPH,
+        "vllm": trees.manifest.vllm_version,
+        "patch_sha256": trees.manifest.patch_sha256,
+        "case_filter": args.cases,
+        "expected_cases": [c.id for c in cases],
+        "complete": False,
+        "timer": "CUDA events around a CUDA-graph replay (ci.kernel.graphs)",
+    }
     path = args.out / SWEEP_FILE
     sweep = resumable(path, args.grid, settings)
     gpu.require_idle_gpus(1, allow_busy=args.allow_busy)
@@ -338,8 +416,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = [c.id for c in cases if c.id not in sweep.done()]
     print(f"tile sweep: {len(cases) - len(missing)} of {len(cases)} cases in {path}")
     if missing:
-        raise IncompleteEvidenceError(f"{len(missing)} cases not timed yet (first {missing[0]}); run the same "
-                                      "command again: the sweep resumes where it stopped")  # fmt: skip
+        raise IncompleteEvidenceError(
+            f"{len(missing)} cases not timed yet (first {missing[0]}); run the same "
+            "command again: the sweep resumes where it stopped"
+        )
     return 0
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ci.kernel.formats import GPTQ_INT4_G128, Format, QuantScheme
-from ci.kernel.shapes import Shape
+from ci.moe.shapes import Shape
 
 
 @dataclass
@@ -46,8 +46,26 @@ class Experts:
     input_global_scale1: torch.Tensor | None = None
     input_global_scale2: torch.Tensor | None = None
 
-    PER_EXPERT = ("w1", "w2", "s1", "s2", "zeros1", "zeros2", "g_idx1", "g_idx2", "sort1", "sort2", "global_scale1",
-                  "global_scale2", "bias1", "bias2", "w1_ref", "w2_ref", "bias1_ref", "bias2_ref")  # fmt: skip
+    PER_EXPERT = (
+        "w1",
+        "w2",
+        "s1",
+        "s2",
+        "zeros1",
+        "zeros2",
+        "g_idx1",
+        "g_idx2",
+        "sort1",
+        "sort2",
+        "global_scale1",
+        "global_scale2",
+        "bias1",
+        "bias2",
+        "w1_ref",
+        "w2_ref",
+        "bias1_ref",
+        "bias2_ref",
+    )
 
     def select(self, local_ids: torch.Tensor) -> Experts:
         """The experts a rank holds, in its local order."""
@@ -126,8 +144,9 @@ def _quantize_one(w: torch.Tensor, scheme: QuantScheme, input_dtype: torch.dtype
         ref, q, s, z = mt.awq_marlin_quantize(w.T, qt, scheme.group_size, input_dtype=input_dtype)
         return ref.T, q, s, z, None, None, None
     perm = torch.randperm(w.shape[1])
-    ref, q, s, g_idx, sort, _ = mt.marlin_quantize(w.T, qt, scheme.group_size, scheme.act_order, perm,
-                                                   input_dtype=input_dtype)  # fmt: skip
+    ref, q, s, g_idx, sort, _ = mt.marlin_quantize(
+        w.T, qt, scheme.group_size, scheme.act_order, perm, input_dtype=input_dtype
+    )
     return ref.T, q, s, None, g_idx, sort, None
 
 
@@ -139,8 +158,9 @@ def _stack(items: list) -> torch.Tensor | None:
     return torch.stack(items).contiguous()
 
 
-def quantized_experts(shape: Shape, fmt: Format | QuantScheme, dtype: torch.dtype, *, seed: int,
-                      keep_ref: bool = True) -> Experts:  # fmt: skip
+def quantized_experts(
+    shape: Shape, fmt: Format | QuantScheme, dtype: torch.dtype, *, seed: int, keep_ref: bool = True
+) -> Experts:
     """Random weights (~N(0, 0.1)), quantized by vLLM's own Marlin helpers, on the GPU (FP4: vLLM's random
     FP4 codes, scaled like the weights). A bare scheme is the 16-bit-input format of that scheme.
     ``keep_ref=False``: no dequantized copy (the bench only times)."""
@@ -167,10 +187,20 @@ def quantized_experts(shape: Shape, fmt: Format | QuantScheme, dtype: torch.dtyp
     experts = Experts(
         scheme=scheme,
         quant_type_id=_scalar_type(scheme.quant_type).id,
-        **{f"{attr}{i}": _stack(cols[f"{key}{i}"]) for i in "12" for attr, key in
-           (("w", "q"), ("s", "s"), ("zeros", "z"), ("g_idx", "g"), ("sort", "sort"), ("global_scale", "gs"))},
+        **{
+            f"{attr}{i}": _stack(cols[f"{key}{i}"])
+            for i in "12"
+            for attr, key in (
+                ("w", "q"),
+                ("s", "s"),
+                ("zeros", "z"),
+                ("g_idx", "g"),
+                ("sort", "sort"),
+                ("global_scale", "gs"),
+            )
+        },
         **{f"w{i}_ref": _stack(cols[f"ref{i}"]) if keep_ref else None for i in "12"},
-    )  # fmt: skip
+    )
     if fmt.bias:
         for i in "12":
             ref = _stack(cols[f"b{i}"])
@@ -184,8 +214,9 @@ def quantized_experts(shape: Shape, fmt: Format | QuantScheme, dtype: torch.dtyp
     return experts
 
 
-def random_packed_experts(shape: Shape, dtype: torch.dtype, *, local_experts: int, seed: int,
-                          fmt: Format | None = None) -> Experts:  # fmt: skip
+def random_packed_experts(
+    shape: Shape, dtype: torch.dtype, *, local_experts: int, seed: int, fmt: Format | None = None
+) -> Experts:
     """Weights for timing only (the kernels' speed does not depend on the values): GPTQ int4/int8 and FP8
     group-128 random bits in Marlin's packed layout (FP8 without NaN codes), with int16 scale codes for int8
     inputs (W4A8-int8); FP4
@@ -194,8 +225,12 @@ def random_packed_experts(shape: Shape, dtype: torch.dtype, *, local_experts: in
         small = Shape(shape.name, shape.hidden, shape.intermediate, local_experts, shape.topk)
         return quantized_experts(small, fmt, dtype, seed=seed, keep_ref=False)
     scheme = GPTQ_INT4_G128 if fmt is None else fmt.quant
-    if fmt is not None and (scheme.group_size != 128 or scheme.act_order or scheme.has_zero_points
-                            or (scheme.bits == 4 and scheme.name != GPTQ_INT4_G128.name)):  # fmt: skip
+    if fmt is not None and (
+        scheme.group_size != 128
+        or scheme.act_order
+        or scheme.has_zero_points
+        or (scheme.bits == 4 and scheme.name != GPTQ_INT4_G128.name)
+    ):
         raise ValueError(f"format {fmt.name}: timing weights are made for GPTQ int4/int8 g128, FP8 g128 and FP4 only")
     gen = torch.Generator(device="cuda").manual_seed(seed)
     k, n, e, group = shape.hidden, shape.intermediate, local_experts, scheme.group_size

@@ -78,8 +78,9 @@ def issue_text(checks: Sequence[Check], run_url: str = "") -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ci.runner.weekly", description=__doc__.split("\n\n")[0],
-                                     allow_abbrev=False)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m ci.runner.weekly", description=__doc__.split("\n\n")[0], allow_abbrev=False
+    )
     parser.add_argument("--check", action="append", required=True, help="NAME=CODE:LOG, one per check")
     parser.add_argument("--out", type=Path, required=True, help="where the issue text is written")
     parser.add_argument("--run-url", default="", help="the workflow run, linked from the issue")

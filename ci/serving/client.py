@@ -58,9 +58,14 @@ class BenchClient:
 
     def start(self) -> BenchClient:
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen([sys.executable, str(CLIENT_SCRIPT), "--log", str(self.log)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env=server_env(self.tree), start_new_session=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, str(CLIENT_SCRIPT), "--log", str(self.log)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=server_env(self.tree),
+            start_new_session=True,
+        )
         return self
 
     def _reply(self, what: str, timeout_s: float) -> dict:
@@ -123,5 +128,6 @@ def parse_bench_result(path: Path, build: str) -> RoundResult:
     failed = int(data.get("failed", 0) or 0)
     if data["completed"] == 0 or failed:
         raise ServerError(f"{path}: {failed} requests failed, {data['completed']} completed; see the server log")
-    return RoundResult(build=build, **{k: float(data[k]) for k in keys[:-1]}, completed=int(data["completed"]),
-                       failed=failed)  # fmt: skip
+    return RoundResult(
+        build=build, **{k: float(data[k]) for k in keys[:-1]}, completed=int(data["completed"]), failed=failed
+    )

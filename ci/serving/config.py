@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ci.core.errors import UsageError
-from ci.runner import procs
+from ci.host import procs
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 TOKENIZER_DIR = MODELS_DIR / "tokenizer"
@@ -65,11 +65,31 @@ PROFILES = {
     # by 0.33-0.36% with one or two rounds a build (the launch's error dominates), so pairs, not rounds, buy
     # resolution: resampled from 45 measured A/A pairs, 9 pairs FAIL a true +3.5% in 93.8% of runs (6 pairs:
     # 82%); settling changed nothing measured. A #48144 A/B took 462 s (6 pairs x 2 rounds with settling: 465 s).
-    "pr": Profile(input_len=256, output_len=128, concurrency=16, prompts=128, launches=9, rounds=1,
-                  warmup_prompts=64, max_model_len=1024, gpu_memory_fraction=0.4, pairs_at_once=3),
-    "nightly": Profile(input_len=1024, output_len=1024, concurrency=64, prompts=320, launches=6, rounds=1,
-                       warmup_prompts=64, max_model_len=4096, gpu_memory_fraction=0.4, settle_prompts=64,
-                       settle_max_s=180),
+    "pr": Profile(
+        input_len=256,
+        output_len=128,
+        concurrency=16,
+        prompts=128,
+        launches=9,
+        rounds=1,
+        warmup_prompts=64,
+        max_model_len=1024,
+        gpu_memory_fraction=0.4,
+        pairs_at_once=3,
+    ),
+    "nightly": Profile(
+        input_len=1024,
+        output_len=1024,
+        concurrency=64,
+        prompts=320,
+        launches=6,
+        rounds=1,
+        warmup_prompts=64,
+        max_model_len=4096,
+        gpu_memory_fraction=0.4,
+        settle_prompts=64,
+        settle_max_s=180,
+    ),
     # DP/EP decode where #48144 changes the pick: 128 concurrent requests over DP = EP = 2 are
     # 64 decode tokens per rank; the padded M is 128, and with 128 experts, top-8 (qwen3-30b-a3b-like)
     # the old rule picks 32 and the new one 16 (the ``pr`` profile's 8 tokens per rank: both 8).
@@ -78,11 +98,30 @@ PROFILES = {
     # a time with settling would take about 30 minutes (estimated); two rounds a build per pair, because there
     # rounds of one server varied by 4-5% (docs/tpot.md). Not yet run so: 6 servers of 2 ranks, each rank about
     # 10 GB of weights and an 8 GiB KV cache (an estimate, 120 GB of a GPU), is what a first x2 run has to show.
-    "pr-ep": Profile(input_len=256, output_len=128, concurrency=128, prompts=256, launches=9, rounds=2,
-                     warmup_prompts=128, max_model_len=1024, gpu_memory_fraction=0.4, pairs_at_once=3),
-    "smoke": Profile(input_len=64, output_len=32, concurrency=4, prompts=8, launches=1, rounds=1, warmup_prompts=4,
-                     max_model_len=512, gpu_memory_fraction=0.3),
-}  # fmt: skip
+    "pr-ep": Profile(
+        input_len=256,
+        output_len=128,
+        concurrency=128,
+        prompts=256,
+        launches=9,
+        rounds=2,
+        warmup_prompts=128,
+        max_model_len=1024,
+        gpu_memory_fraction=0.4,
+        pairs_at_once=3,
+    ),
+    "smoke": Profile(
+        input_len=64,
+        output_len=32,
+        concurrency=4,
+        prompts=8,
+        launches=1,
+        rounds=1,
+        warmup_prompts=4,
+        max_model_len=512,
+        gpu_memory_fraction=0.3,
+    ),
+}
 
 
 def case_id(model: str, profile: str, dp: int) -> str:
@@ -99,30 +138,41 @@ def parse_suite(suite: str) -> tuple[str, str, int]:
     for profile in sorted(PROFILES, key=len, reverse=True):
         head, dash, _ = suite.rpartition(f"-{profile}")
         model, _, dp = head.rpartition("-dp")
-        if dash and suite.endswith(f"-{profile}") and model in models() and dp.isascii() and dp.isdigit() and (
-                dp == str(int(dp)) and int(dp) >= 1):  # fmt: skip
+        if (
+            dash
+            and suite.endswith(f"-{profile}")
+            and model in models()
+            and dp.isascii()
+            and dp.isdigit()
+            and (dp == str(int(dp)) and int(dp) >= 1)
+        ):
             return model, profile, int(dp)
-    raise UsageError(f"suite {suite!r} is not one the TPOT stage defines (MODEL-dpN-PROFILE, with a model of "
-                     f"{', '.join(models())} and a profile of {', '.join(sorted(PROFILES))})")  # fmt: skip
+    raise UsageError(
+        f"suite {suite!r} is not one the TPOT stage defines (MODEL-dpN-PROFILE, with a model of "
+        f"{', '.join(models())} and a profile of {', '.join(sorted(PROFILES))})"
+    )
 
 
 def moe_shape(model: Path) -> tuple[int, int]:
     """(routed experts, top-k) of a shipped config: what ``fused_marlin_moe`` sees per layer."""
     config = json.loads((model / "config.json").read_text())
-    for experts_key, topk_key in (("num_experts", "num_experts_per_tok"), ("n_routed_experts", "num_experts_per_tok"),
-                                  ("num_local_experts", "num_experts_per_tok")):  # fmt: skip
+    for experts_key, topk_key in (
+        ("num_experts", "num_experts_per_tok"),
+        ("n_routed_experts", "num_experts_per_tok"),
+        ("num_local_experts", "num_experts_per_tok"),
+    ):
         if isinstance(config.get(experts_key), int) and isinstance(config.get(topk_key), int):
             return config[experts_key], config[topk_key]
     raise UsageError(f"{model / 'config.json'}: no expert count and top-k (num_experts, num_experts_per_tok)")
 
 
 def decode_block_sizes(model: Path, profile: Profile, dp: int) -> list[dict]:
-    """The ``block_size_m`` each build picks in a decode step, per tokens-per-rank (ci.kernel.spec's rules).
+    """The ``block_size_m`` each build picks in a decode step, per tokens-per-rank (ci.moe.spec's rules).
 
     Under DP/EP each rank holds ``G / dp`` experts and sees ``dp * t`` padded rows (t: decode
     tokens per rank, the largest rank's, after CUDA-graph padding). The profile's own decode
     batch is ``ceil(concurrency / dp)`` per rank (``"profile": True`` marks it)."""
-    from ci.kernel import spec  # pure: the oracle of the CPU tier
+    from ci.moe import spec  # pure: the oracle of the CPU tier
 
     experts, topk = moe_shape(model)
     local = experts // dp if dp > 1 else experts
@@ -131,21 +181,42 @@ def decode_block_sizes(model: Path, profile: Profile, dp: int) -> list[dict]:
     rows = []
     for t in sorted({1, 2, 4, 8, 16, 32, 64, 128, own}):
         m = t * dp
-        picks = {build: spec.expected_block_size_m(m=m, topk=topk, local_experts=local, global_experts=global_,
-                                                   input_itemsize=2, patched=build == "candidate")
-                 for build in BUILDS}  # fmt: skip
-        rows.append({"tokens_per_rank": t, "padded_m": m, "local_experts": local, "global_experts": experts,
-                     "topk": topk, **picks, "profile": t == own})  # fmt: skip
+        picks = {
+            build: spec.expected_block_size_m(
+                m=m,
+                topk=topk,
+                local_experts=local,
+                global_experts=global_,
+                input_itemsize=2,
+                patched=build == "candidate",
+            )
+            for build in BUILDS
+        }
+        rows.append(
+            {
+                "tokens_per_rank": t,
+                "padded_m": m,
+                "local_experts": local,
+                "global_experts": experts,
+                "topk": topk,
+                **picks,
+                "profile": t == own,
+            }
+        )
     return rows
 
 
 def block_size_table(rows: list[dict]) -> str:
-    lines = ["| tokens per rank | padded M | local / global experts | top-k | base bm | candidate bm | |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| tokens per rank | padded M | local / global experts | top-k | base bm | candidate bm | |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         mark = "this profile" if r["profile"] else ""
-        lines.append(f"| {r['tokens_per_rank']} | {r['padded_m']} | {r['local_experts']} / {r['global_experts']} | "
-                     f"{r['topk']} | {r['base']} | {r['candidate']} | {mark} |")  # fmt: skip
+        lines.append(
+            f"| {r['tokens_per_rank']} | {r['padded_m']} | {r['local_experts']} / {r['global_experts']} | "
+            f"{r['topk']} | {r['base']} | {r['candidate']} | {mark} |"
+        )
     return "\n".join(lines)
 
 
@@ -205,8 +276,9 @@ def kv_cache_flag(tree: Path, nbytes: int | None) -> list[str]:
     if nbytes is None:
         return []
     if not has_flag(tree, "--kv-cache-memory-bytes"):
-        raise UsageError(f"{tree}: this vLLM has no --kv-cache-memory-bytes, which --start parallel needs; "
-                         "use --start serial")  # fmt: skip
+        raise UsageError(
+            f"{tree}: this vLLM has no --kv-cache-memory-bytes, which --start parallel needs; use --start serial"
+        )
     return ["--kv-cache-memory-bytes", str(nbytes)]
 
 
@@ -217,11 +289,15 @@ def resolve_start(profile: Profile, start: str | None, pairs_at_once: int | None
     start = start or ("parallel" if profile.pairs_at_once > 1 else "serial")
     pairs = pairs_at_once if pairs_at_once is not None else (profile.pairs_at_once if start == "parallel" else 1)
     if start == "parallel" and mode == "sequential":
-        raise UsageError("--start parallel starts a pair's two servers at once: it needs --server-mode concurrent "
-                         "(or --start serial)")  # fmt: skip
+        raise UsageError(
+            "--start parallel starts a pair's two servers at once: it needs --server-mode concurrent "
+            "(or --start serial)"
+        )
     if pairs < 1 or (pairs > 1 and start != "parallel"):
-        raise UsageError(f"--pairs-at-once {pairs} starts several launch pairs' servers at once: it needs --start "
-                         "parallel (a fixed KV cache per server), and at least 1")  # fmt: skip
+        raise UsageError(
+            f"--pairs-at-once {pairs} starts several launch pairs' servers at once: it needs --start "
+            "parallel (a fixed KV cache per server), and at least 1"
+        )
     return start, pairs
 
 
@@ -239,18 +315,46 @@ def served_name(build: str) -> str:
     return f"gate-{procs.run_id()}-{build}"
 
 
-def serve_argv(tree: Path, model: Path, *, port: int, profile: Profile, dp: int, seed: int,
-               name: str | None = None, kv_bytes: int | None = None,
-               memory_fraction: float | None = None) -> list[str]:  # fmt: skip
-    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
-            "--tokenizer", str(TOKENIZER_DIR), "--load-format", "dummy", "--port", str(port),
-            "--host", "127.0.0.1", "--seed", str(seed), "--max-model-len", str(profile.max_model_len),
-            "--gpu-memory-utilization", str(memory_fraction or profile.gpu_memory_fraction),
-            "--max-num-seqs", str(max(profile.concurrency, 1)),
-            # every round repeats the same prompts (same seed): without prefix caching each round
-            # does the same work, instead of the first one filling the cache for the rest
-            "--no-enable-prefix-caching",
-            "--compilation-config", profile.compilation_config]  # fmt: skip
+def serve_argv(
+    tree: Path,
+    model: Path,
+    *,
+    port: int,
+    profile: Profile,
+    dp: int,
+    seed: int,
+    name: str | None = None,
+    kv_bytes: int | None = None,
+    memory_fraction: float | None = None,
+) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        str(model),
+        "--tokenizer",
+        str(TOKENIZER_DIR),
+        "--load-format",
+        "dummy",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--seed",
+        str(seed),
+        "--max-model-len",
+        str(profile.max_model_len),
+        "--gpu-memory-utilization",
+        str(memory_fraction or profile.gpu_memory_fraction),
+        "--max-num-seqs",
+        str(max(profile.concurrency, 1)),
+        # every round repeats the same prompts (same seed): without prefix caching each round
+        # does the same work, instead of the first one filling the cache for the rest
+        "--no-enable-prefix-caching",
+        "--compilation-config",
+        profile.compilation_config,
+    ]
     if dp > 1:
         argv += ["--data-parallel-size", str(dp), "--enable-expert-parallel"]
     if name:
@@ -258,19 +362,45 @@ def serve_argv(tree: Path, model: Path, *, port: int, profile: Profile, dp: int,
     return argv + kv_cache_flag(tree, kv_bytes) + moe_backend_flag(tree)
 
 
-def bench_args(model: Path, *, port: int, profile: Profile, prompts: int, out: Path, seed: int,
-               name: str | None = None) -> list[str]:  # fmt: skip
+def bench_args(
+    model: Path, *, port: int, profile: Profile, prompts: int, out: Path, seed: int, name: str | None = None
+) -> list[str]:
     """The arguments of ``vllm bench serve`` for one round (greedy, fixed lengths, same prompts each round).
 
     With ``name`` the requests ask for that served model, so a server of another run on the port
     answers 404 (failed requests, a ServerError) instead of being measured."""
-    return ["--backend", "vllm", "--model", str(model), "--tokenizer", str(TOKENIZER_DIR),
-            "--base-url", f"http://127.0.0.1:{port}", "--dataset-name", "random",
-            "--random-input-len", str(profile.input_len), "--random-output-len", str(profile.output_len),
-            "--max-concurrency", str(profile.concurrency), "--num-prompts", str(prompts), "--ignore-eos",
-            "--temperature", "0", "--disable-tqdm", "--seed", str(seed), "--save-result",
-            "--result-dir", str(out.parent), "--result-filename", out.name,
-            *(["--served-model-name", name] if name else [])]  # fmt: skip
+    return [
+        "--backend",
+        "vllm",
+        "--model",
+        str(model),
+        "--tokenizer",
+        str(TOKENIZER_DIR),
+        "--base-url",
+        f"http://127.0.0.1:{port}",
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(profile.input_len),
+        "--random-output-len",
+        str(profile.output_len),
+        "--max-concurrency",
+        str(profile.concurrency),
+        "--num-prompts",
+        str(prompts),
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--disable-tqdm",
+        "--seed",
+        str(seed),
+        "--save-result",
+        "--result-dir",
+        str(out.parent),
+        "--result-filename",
+        out.name,
+        *(["--served-model-name", name] if name else []),
+    ]
 
 
 def bench_argv(model: Path, **kw) -> list[str]:

@@ -34,7 +34,7 @@ from pathlib import Path
 from ci.core import rates, stats
 from ci.core.cli import run_main
 from ci.core.errors import UsageError
-from ci.runner import procs
+from ci.host import procs
 from ci.serving import config as serving_config
 from ci.serving import tpot
 
@@ -55,8 +55,10 @@ def moe_layers(model: Path) -> int:
 def sleep_us_for(fraction: float, base_tpot_ms: float, layers: int) -> float:
     """The sleep a ``fused_marlin_moe`` call needs so that a step of ``base_tpot_ms`` is ``fraction`` slower."""
     if not (fraction > 0 and base_tpot_ms > 0 and layers > 0):
-        raise UsageError(f"an injected slowdown needs a fraction, a base TPOT and MoE layers > 0 (got {fraction}, "
-                         f"{base_tpot_ms} ms, {layers})")  # fmt: skip
+        raise UsageError(
+            f"an injected slowdown needs a fraction, a base TPOT and MoE layers > 0 (got {fraction}, "
+            f"{base_tpot_ms} ms, {layers})"
+        )
     return round(fraction * base_tpot_ms * 1000 / layers, 3)
 
 
@@ -82,8 +84,11 @@ def markdown(payload: dict) -> str:
     ]
     if s.get("sleep_overhead"):
         overhead = f"{s['sleep_overhead']:.1%}"
-        lines += [f"Each injected sleep is sized for its level minus {overhead} of the step, the sleep's own cost",
-                  "beyond what it asks; the last column shows what each level measured.", ""]  # fmt: skip
+        lines += [
+            f"Each injected sleep is sized for its level minus {overhead} of the step, the sleep's own cost",
+            "beyond what it asks; the last column shows what each level measured.",
+            "",
+        ]
     lines += [
         "| level | runs | PASS | INCONCLUSIVE | FAIL | target | ratios measured |",
         "|---|---:|---:|---:|---:|---|---|",
@@ -94,8 +99,11 @@ def markdown(payload: dict) -> str:
         target = rates.TARGETS.get("aa" if key == "aa" else float(key), "")
         cells = " | ".join(rates.pct(share.get(v)) for v in ("PASS", "INCONCLUSIVE", "FAIL"))
         lines.append(f"| {label} | {level['runs']} | {cells} | {target} | {measured(payload['runs'], key)} |")
-    lines += ["", "| run | started (UTC), run tag | sleep us a call | verdict | ratio | wall s |",
-              "|---|---|---:|---|---:|---:|"]  # fmt: skip
+    lines += [
+        "",
+        "| run | started (UTC), run tag | sleep us a call | verdict | ratio | wall s |",
+        "|---|---|---:|---|---:|---:|",
+    ]
     for r in payload["runs"]:
         ratio = "-" if r["median_ratio"] is None else f"{r['median_ratio']:.4f}"
         session = r.get("session") or {}
@@ -115,26 +123,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", choices=sorted(serving_config.PROFILES), default="pr")
     parser.add_argument("--dp", type=int, help="data-parallel size = EP size (default: every visible GPU)")
     parser.add_argument("--start", choices=sorted(tpot.STARTS), help="as ci.serving.tpot's (default: the profile's)")
-    parser.add_argument("--pairs-at-once", type=int, help="with --start parallel: pairs whose servers start together "
-                        "(default: the profile's)")  # fmt: skip
+    parser.add_argument(
+        "--pairs-at-once",
+        type=int,
+        help="with --start parallel: pairs whose servers start together (default: the profile's)",
+    )
     parser.add_argument("--aa-runs", type=int, default=3, help="A/A runs, the first also the pilot (%(default)s)")
-    parser.add_argument("--inject", type=rates.parse_levels, default=rates.DEFAULT_INJECT,
-                        help="slowdowns of the step, e.g. 0.02,0.035,0.05")  # fmt: skip
+    parser.add_argument(
+        "--inject",
+        type=rates.parse_levels,
+        default=rates.DEFAULT_INJECT,
+        help="slowdowns of the step, e.g. 0.02,0.035,0.05",
+    )
     parser.add_argument("--inject-runs", type=int, default=1, help="runs per injected slowdown (%(default)s)")
-    parser.add_argument("--sleep-overhead", type=float, default=0.0,
-                        help="size each sleep for the level minus this fraction of the step, which the sleep adds "
-                        "beyond what it asks (e.g. 0.004 on the H200, docs/tpot.md; default %(default)s)")  # fmt: skip
+    parser.add_argument(
+        "--sleep-overhead",
+        type=float,
+        default=0.0,
+        help="size each sleep for the level minus this fraction of the step, which the sleep adds "
+        "beyond what it asks (e.g. 0.004 on the H200, docs/tpot.md; default %(default)s)",
+    )
     parser.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health")
     parser.add_argument("--allow-busy", action="store_true", help="measure even if another process uses the GPU")
     args = parser.parse_args(argv)
     if args.aa_runs < 0 or args.inject_runs < 0:
         raise UsageError(f"--aa-runs {args.aa_runs} --inject-runs {args.inject_runs}: 0 or more runs of each")
     if not 0 <= args.sleep_overhead < min(args.inject, default=1.0):
-        raise UsageError(f"--sleep-overhead {args.sleep_overhead}: a fraction of the step from 0 up to less than the "
-                         f"smallest --inject level ({min(args.inject, default=1.0)}): the sleep is sized for the "
-                         "level minus it")  # fmt: skip
-    start, pairs = serving_config.resolve_start(serving_config.PROFILES[args.profile], args.start, args.pairs_at_once,
-                                                "concurrent")  # fmt: skip
+        raise UsageError(
+            f"--sleep-overhead {args.sleep_overhead}: a fraction of the step from 0 up to less than the "
+            f"smallest --inject level ({min(args.inject, default=1.0)}): the sleep is sized for the "
+            "level minus it"
+        )
+    start, pairs = serving_config.resolve_start(
+        serving_config.PROFILES[args.profile], args.start, args.pairs_at_once, "concurrent"
+    )
     rates.check_out(args.out)
     from ci.trees.manifest import load_trees
 
@@ -167,8 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     payload = rates.continued(args.out, payload, keep=("pilot_base_tpot_ms",))  # an earlier session's table
     pilot_ms = payload["settings"].get("pilot_base_tpot_ms")
     if pilot_ms is None and args.aa_runs < 1:
-        raise UsageError(f"--aa-runs 0: {args.out} has no pilot yet (the first A/A run, whose base TPOT sizes the "
-                         "injected sleep); run at least one A/A")  # fmt: skip
+        raise UsageError(
+            f"--aa-runs 0: {args.out} has no pilot yet (the first A/A run, whose base TPOT sizes the "
+            "injected sleep); run at least one A/A"
+        )
     plan = [(0.0, rates.next_index(payload, 0.0) + i) for i in range(args.aa_runs)]
     plan += [(f, rates.next_index(payload, f) + i) for f in args.inject for i in range(args.inject_runs)]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -178,16 +202,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.time()
         print(f"tpot error_rates: run {name} (sleep {sleep_us} us a fused_marlin_moe call)", flush=True)
         out = args.out / name
-        results = tpot.run_tpot(trees, args.model, args.profile, dp, out, "concurrent", args.health_timeout,
-                                save_to=out / "tpot-results.json", aa=True, start=start,
-                                inject_sleep_us=sleep_us, overrides=overrides)  # fmt: skip
+        results = tpot.run_tpot(
+            trees,
+            args.model,
+            args.profile,
+            dp,
+            out,
+            "concurrent",
+            args.health_timeout,
+            save_to=out / "tpot-results.json",
+            aa=True,
+            start=start,
+            inject_sleep_us=sleep_us,
+            overrides=overrides,
+        )
         results.save(out / "tpot-results.json")
         if pilot_ms is None:
             pilot_ms = stats.median(results.cases[0].samples["base"])
             payload["settings"]["pilot_base_tpot_ms"] = pilot_ms
         when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(started))
-        rates.record_run(args.out, payload, name, inject, results, time.time() - started, markdown, sleep_us=sleep_us,
-                         session={"run_id": procs.run_id(), "started_utc": when})  # fmt: skip
+        rates.record_run(
+            args.out,
+            payload,
+            name,
+            inject,
+            results,
+            time.time() - started,
+            markdown,
+            sleep_us=sleep_us,
+            session={"run_id": procs.run_id(), "started_utc": when},
+        )
     return 0
 
 

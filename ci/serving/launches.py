@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ci.core import stats
 from ci.core.errors import ServerError
-from ci.runner import gpu_state
+from ci.host import gpu_state
 from ci.serving.client import BenchClient, RoundResult, parse_bench_result
 from ci.serving.config import (
     BUILDS,
@@ -93,20 +93,40 @@ class Runner:
         name = served_name(build)
         parallel = self.start == "parallel"
         kv = kv_cache_bytes(self.model, self.profile, self.dp) if parallel else None
-        argv = serve_argv(self.tree(build), self.model, port=port, profile=self.profile, dp=self.dp, seed=self.seed,
-                          name=name, kv_bytes=kv,
-                          memory_fraction=memory_fraction(self.profile, parallel))  # fmt: skip
+        argv = serve_argv(
+            self.tree(build),
+            self.model,
+            port=port,
+            profile=self.profile,
+            dp=self.dp,
+            seed=self.seed,
+            name=name,
+            kv_bytes=kv,
+            memory_fraction=memory_fraction(self.profile, parallel),
+        )
         env = server_env(self.tree(build))
         if build == "candidate" and self.inject_sleep_us > 0:  # ci/serving/inject/sitecustomize.py
             env["PYTHONPATH"] = os.pathsep.join([str(INJECT_DIR), env["PYTHONPATH"]])
             env["GATE_INJECT_SLEEP_US"] = str(self.inject_sleep_us)
-        return Server(f"vllm serve ({build}, launch {launch})", argv, port=port,
-                      log=self.out_dir / f"server-l{launch}-{build}.log", env=env, served_name=name)  # fmt: skip
+        return Server(
+            f"vllm serve ({build}, launch {launch})",
+            argv,
+            port=port,
+            log=self.out_dir / f"server-l{launch}-{build}.log",
+            env=env,
+            served_name=name,
+        )
 
     def bench(self, build: str, server: Server, tag: str, prompts: int) -> RoundResult:
         out = self.out_dir / f"bench-{tag}.json"
-        kw = {"port": server.port, "profile": self.profile, "prompts": prompts, "out": out, "seed": self.seed,
-              "name": server.served_name}  # fmt: skip
+        kw = {
+            "port": server.port,
+            "profile": self.profile,
+            "prompts": prompts,
+            "out": out,
+            "seed": self.seed,
+            "name": server.served_name,
+        }
         out.unlink(missing_ok=True)  # a file left by an earlier run must not pass for this round's
         before = server.metrics()
         with gpu_state.StateSampler() as machine:
@@ -154,8 +174,11 @@ def _start(runner: Runner, keys: Sequence[Key], servers: dict[Key, Server], reco
             servers[key] = runner.server(build, _port(key, records[pair]), pair).start()
         _wait_healthy(runner, key, servers, records[pair])
         records[pair]["startup_s"][build] = round(time.monotonic() - t0, 1)
-        print(f"tpot: launch {pair}: {build} server healthy after {records[pair]['startup_s'][build]} s on port "
-              f"{servers[key].port}", flush=True)  # fmt: skip
+        print(
+            f"tpot: launch {pair}: {build} server healthy after {records[pair]['startup_s'][build]} s on port "
+            f"{servers[key].port}",
+            flush=True,
+        )
         if not parallel:
             _warm_up(runner, key, servers, records[pair])
     for key in keys if parallel else ():
@@ -246,9 +269,14 @@ def run_launches(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundRe
         for group in launch_groups(p, runner.start):
             records = {}
             for pair in group:
-                records[pair] = {"launch": pair, "order": list(launch_order(pair)), "started_with": group,
-                                 "startup_s": {}, "warmup_s": {},
-                                 "began_after_s": round(time.monotonic() - started, 1)}  # fmt: skip
+                records[pair] = {
+                    "launch": pair,
+                    "order": list(launch_order(pair)),
+                    "started_with": group,
+                    "startup_s": {},
+                    "warmup_s": {},
+                    "began_after_s": round(time.monotonic() - started, 1),
+                }
                 timeline["launches"].append(records[pair])
             since = time.monotonic()
             keys = [(pair, b) for pair in group for b in launch_order(pair)]

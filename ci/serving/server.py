@@ -96,8 +96,16 @@ def server_itl_ms(before: dict[str, float], after: dict[str, float]) -> float | 
 class Server:
     """``with Server(...) as s: s.wait_healthy(timeout)`` — always stopped on exit."""
 
-    def __init__(self, name: str, argv: Sequence[str], *, port: int, log: Path, env: dict[str, str],
-                 served_name: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        port: int,
+        log: Path,
+        env: dict[str, str],
+        served_name: str | None = None,
+    ) -> None:
         self.name, self.argv, self.port, self.log, self.env = name, list(argv), port, log, env
         self.served_name = served_name  # when set, /v1/models must list it: the port is held by this server
         self.proc: subprocess.Popen | None = None
@@ -112,15 +120,21 @@ class Server:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as fh:
             self.proc = subprocess.Popen(
-                self.argv, stdout=fh, stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
+                self.argv,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
                 preexec_fn=_die_with_parent,
-            )  # fmt: skip
+            )
         return self
 
     def _died(self) -> ServerError:
         code = self.proc.returncode if self.proc else None
-        return ServerError(f"{self.name} exited with code {code} before it was healthy; last lines of {self.log}:\n"
-                           f"{log_tail(self.log)}")  # fmt: skip
+        return ServerError(
+            f"{self.name} exited with code {code} before it was healthy; last lines of {self.log}:\n"
+            f"{log_tail(self.log)}"
+        )
 
     def healthy(self) -> bool:
         try:

@@ -13,7 +13,7 @@ from ci.core import stats
 from ci.core.errors import DataError, UsageError
 from ci.core.schema import BOOLEAN, INTEGER, NUMBER, POSITIVE, STRING, ListOf, MapOf, OneOf, Opt
 from ci.core.subjects import Subject, register
-from ci.runner import outputs
+from ci.host import outputs
 from ci.serving import config as serving_config
 from ci.trees.provenance import side_identity
 
@@ -27,10 +27,14 @@ def _launch_lines(case) -> list[str]:
     if not launches:
         return []
     settling_off = ((case.info or {}).get("profile") or {}).get("settle_max_s") == 0  # the profile runs none
-    lines = ["", f"Launch pairs of {case.id} (the interval is over these):", "",
-             "| pair | started first | start-up s (base / candidate) | settling runs (s, settled) | "
-             "base median TPOT | candidate median TPOT | candidate / base | server ITL ratio |",
-             "|---:|---|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        "",
+        f"Launch pairs of {case.id} (the interval is over these):",
+        "",
+        "| pair | started first | start-up s (base / candidate) | settling runs (s, settled) | "
+        "base median TPOT | candidate median TPOT | candidate / base | server ITL ratio |",
+        "|---:|---|---|---|---:|---:|---:|---:|",
+    ]
 
     def med(xs):
         xs = [x for x in xs if x is not None]
@@ -59,9 +63,11 @@ def _launch_lines(case) -> list[str]:
         first = (rec.get("order") or ["-"])[0]
         if len(group) > 1:
             first += f" (pairs {', '.join(map(str, group))} at once)"
-        lines.append(f"| {n} | {first} | {start.get('base', '-')} / "
-                     f"{start.get('candidate', '-')} | {settle or '-'} | {ms(tpot['base'])} | "
-                     f"{ms(tpot['candidate'])} | {ratio(tpot)} | {ratio(itl)} |")  # fmt: skip
+        lines.append(
+            f"| {n} | {first} | {start.get('base', '-')} / "
+            f"{start.get('candidate', '-')} | {settle or '-'} | {ms(tpot['base'])} | "
+            f"{ms(tpot['candidate'])} | {ratio(tpot)} | {ratio(itl)} |"
+        )
     return lines
 
 
@@ -72,10 +78,14 @@ def details(results) -> list[str]:
         if not rounds:
             continue
         lines += _launch_lines(case)
-        lines += ["", f"Rounds of {case.id} (in the order run):", "",
-                  "| # | pair | build | median TPOT (ms) | server ITL (ms) | mean TPOT (ms) | median TTFT (ms) "
-                  "| output tok/s | SM clock (MHz) | power (W) | host load |",
-                  "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        lines += [
+            "",
+            f"Rounds of {case.id} (in the order run):",
+            "",
+            "| # | pair | build | median TPOT (ms) | server ITL (ms) | mean TPOT (ms) | median TTFT (ms) "
+            "| output tok/s | SM clock (MHz) | power (W) | host load |",
+            "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for i, r in enumerate(rounds, 1):
             m = r.get("machine") or {}
 
@@ -103,8 +113,10 @@ def case_problems(case) -> list[str]:
         raise DataError(f"case {case.id}: extra.rounds should be a list of rounds, found {rounds!r}")
     for r in rounds:
         if not isinstance(r, dict) or not all(type(r.get(k)) is int for k in ("failed", "completed")):
-            raise DataError(f"case {case.id}: each of extra.rounds should be an object with integer 'failed' and "
-                            f"'completed', found {r!r}")  # fmt: skip
+            raise DataError(
+                f"case {case.id}: each of extra.rounds should be an object with integer 'failed' and "
+                f"'completed', found {r!r}"
+            )
     bad = [r for r in rounds if r["failed"] or r["completed"] == 0]
     return [f"{len(bad)} round(s) with failed requests; see the server logs and re-run"] if bad else []
 
@@ -137,19 +149,45 @@ def min_captures(results) -> int:
 
 
 # the fields of a case this subject's code reads (ci.core.schema: checked when a results file is read)
-ROUND = {"build": STRING, "median_tpot_ms": POSITIVE, "failed": INTEGER, "completed": INTEGER, "launch": Opt(INTEGER),
-         "server_itl_ms": Opt(NUMBER), "mean_tpot_ms": NUMBER, "median_ttft_ms": NUMBER, "output_throughput": NUMBER,
-         "machine": Opt({"sm_clock_mhz": Opt(ListOf(Opt(NUMBER))), "power_draw_w": Opt(ListOf(Opt(NUMBER))),
-                         "load_1min": Opt(NUMBER)})}  # fmt: skip
-LAUNCH = {"launch": Opt(INTEGER), "startup_s": Opt(MapOf(Opt(OneOf((NUMBER, STRING))))),
-          "settle": Opt(ListOf({"runs": INTEGER, "seconds": NUMBER, "settled": BOOLEAN})),
-          "started_with": Opt(ListOf(INTEGER)), "order": Opt(ListOf(STRING))}  # fmt: skip
-SCHEMA = {"info": {"profile": {"settle_max_s": Opt(NUMBER)}},
-          "extra": {"rounds": ListOf(ROUND), "timeline": {"launches": Opt(ListOf(LAUNCH))}}}  # fmt: skip
+ROUND = {
+    "build": STRING,
+    "median_tpot_ms": POSITIVE,
+    "failed": INTEGER,
+    "completed": INTEGER,
+    "launch": Opt(INTEGER),
+    "server_itl_ms": Opt(NUMBER),
+    "mean_tpot_ms": NUMBER,
+    "median_ttft_ms": NUMBER,
+    "output_throughput": NUMBER,
+    "machine": Opt(
+        {"sm_clock_mhz": Opt(ListOf(Opt(NUMBER))), "power_draw_w": Opt(ListOf(Opt(NUMBER))), "load_1min": Opt(NUMBER)}
+    ),
+}
+LAUNCH = {
+    "launch": Opt(INTEGER),
+    "startup_s": Opt(MapOf(Opt(OneOf((NUMBER, STRING))))),
+    "settle": Opt(ListOf({"runs": INTEGER, "seconds": NUMBER, "settled": BOOLEAN})),
+    "started_with": Opt(ListOf(INTEGER)),
+    "order": Opt(ListOf(STRING)),
+}
+SCHEMA = {
+    "info": {"profile": {"settle_max_s": Opt(NUMBER)}},
+    "extra": {"rounds": ListOf(ROUND), "timeline": {"launches": Opt(ListOf(LAUNCH))}},
+}
 
-SUBJECT = register(Subject(kind=KIND, identity=side_identity, schema=SCHEMA,
-                           expected_cases=expected_cases, min_samples=min_samples, min_captures=min_captures,
-                           case_problems=case_problems, baseline_prefix="tpot-", details=details,
-                           captures_match_across_runs=False,  # launch pair b of two runs: independent launches
-                           results_file=outputs.TPOT_RESULTS,
-                           writer=outputs.WRITERS[outputs.TPOT_RESULTS]))  # fmt: skip
+SUBJECT = register(
+    Subject(
+        kind=KIND,
+        identity=side_identity,
+        schema=SCHEMA,
+        expected_cases=expected_cases,
+        min_samples=min_samples,
+        min_captures=min_captures,
+        case_problems=case_problems,
+        baseline_prefix="tpot-",
+        details=details,
+        captures_match_across_runs=False,  # launch pair b of two runs: independent launches
+        results_file=outputs.TPOT_RESULTS,
+        writer=outputs.WRITERS[outputs.TPOT_RESULTS],
+    )
+)

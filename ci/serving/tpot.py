@@ -35,7 +35,7 @@ from ci.core.cli import run_main
 from ci.core.errors import DataError, GPUBusyError, NoGPUError, UsageError
 from ci.core.jsonio import sha256_file
 from ci.core.results import BenchResults, CaseResult
-from ci.runner import gpu, outputs, procs
+from ci.host import gpu, outputs, procs
 from ci.serving.client import CLIENTS, BenchClient, RoundResult, parse_bench_result
 from ci.serving.config import (
     BUILDS,
@@ -60,8 +60,11 @@ from ci.trees.manifest import Trees, load_trees
 # what makes two TPOT runs comparable (ci.core.evidence checks them against a baseline)
 IDENTITY_KEYS = ("model", "model_config_sha256", "dp", "expert_parallel", "profile", "server_mode", "start")
 # profile fields a run may override (flag: field, type, least value); the results record the profile as run
-PROFILE_OVERRIDES = {"--launches": ("launches", int, 1), "--rounds-per-launch": ("rounds", int, 1),
-                     "--settle-max-s": ("settle_max_s", float, 0.0)}  # fmt: skip
+PROFILE_OVERRIDES = {
+    "--launches": ("launches", int, 1),
+    "--rounds-per-launch": ("rounds", int, 1),
+    "--settle-max-s": ("settle_max_s", float, 0.0),
+}
 
 
 def built_decode_picks(trees: Trees, model: str, profile: Profile, dp: int, aa: bool = False) -> list[dict]:
@@ -78,18 +81,40 @@ def built_decode_picks(trees: Trees, model: str, profile: Profile, dp: int, aa: 
     for row in decode_block_sizes(model_dir(model), profile, dp):
         if not row["profile"]:
             continue
-        call = dict(m=row["padded_m"], topk=row["topk"], local_experts=row["local_experts"],
-                    global_num_experts=row["global_experts"], with_expert_map=dp > 1)  # fmt: skip
+        call = dict(
+            m=row["padded_m"],
+            topk=row["topk"],
+            local_experts=row["local_experts"],
+            global_num_experts=row["global_experts"],
+            with_expert_map=dp > 1,
+        )
         picks = {build: picked_block_size(module, **call) for build, module in modules.items()}
-        rows.append({**row, **picks, "global_num_experts_arg": call["global_num_experts"],
-                     "picked_by": "each build's fused_marlin_moe (ci.kernel.picks)"})  # fmt: skip
+        rows.append(
+            {
+                **row,
+                **picks,
+                "global_num_experts_arg": call["global_num_experts"],
+                "picked_by": "each build's fused_marlin_moe (ci.kernel.picks)",
+            }
+        )
     return rows
 
 
-def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mode: str, rounds: list[RoundResult],
-                        timeline: dict, client: str = "inprocess", aa: bool = False,
-                        profile: Profile | None = None, start: str = "serial",
-                        inject_sleep_us: float = 0.0, picks: list[dict] | None = None) -> BenchResults:  # fmt: skip
+def results_from_rounds(
+    trees: Trees,
+    model: str,
+    profile_name: str,
+    dp: int,
+    mode: str,
+    rounds: list[RoundResult],
+    timeline: dict,
+    client: str = "inprocess",
+    aa: bool = False,
+    profile: Profile | None = None,
+    start: str = "serial",
+    inject_sleep_us: float = 0.0,
+    picks: list[dict] | None = None,
+) -> BenchResults:
     """The results file of a TPOT A/B: one case, the median TPOT of each round as its samples, and the
     launch pair of each sample as its capture (``extra.captures``): the core's interval is over the pairs."""
     profile = profile or PROFILES[profile_name]
@@ -143,10 +168,21 @@ def results_from_rounds(trees: Trees, model: str, profile_name: str, dp: int, mo
     )
 
 
-def run_tpot(trees: Trees, model: str, profile_name: str, dp: int, out_dir: Path, mode: str, timeout: float,
-             save_to: Path | None = None, client: str = "inprocess", aa: bool = False,
-             overrides: dict | None = None, start: str = "serial",
-             inject_sleep_us: float = 0.0) -> BenchResults:  # fmt: skip
+def run_tpot(
+    trees: Trees,
+    model: str,
+    profile_name: str,
+    dp: int,
+    out_dir: Path,
+    mode: str,
+    timeout: float,
+    save_to: Path | None = None,
+    client: str = "inprocess",
+    aa: bool = False,
+    overrides: dict | None = None,
+    start: str = "serial",
+    inject_sleep_us: float = 0.0,
+) -> BenchResults:
     """One TPOT A/B (or A/A); ``overrides`` replaces fields of the profile (``--launches``, ...), and the
     results record the profile as run; ``start``: how a pair's servers start (``STARTS``)."""
     profile = replace(PROFILES[profile_name], **(overrides or {}))
@@ -155,13 +191,24 @@ def run_tpot(trees: Trees, model: str, profile_name: str, dp: int, out_dir: Path
     bench_client = BenchClient(trees.base, out_dir / "bench-client.log") if client == "inprocess" else None
     if inject_sleep_us and not aa:
         raise UsageError("--inject-sleep-us slows the candidate of an A/A run (the error rates): pass --aa too")
-    runner = Runner(trees, model_dir(model), profile, dp, out_dir, timeout, client=bench_client, aa=aa, start=start,
-                    inject_sleep_us=inject_sleep_us)  # fmt: skip
+    runner = Runner(
+        trees,
+        model_dir(model),
+        profile,
+        dp,
+        out_dir,
+        timeout,
+        client=bench_client,
+        aa=aa,
+        start=start,
+        inject_sleep_us=inject_sleep_us,
+    )
     picks = built_decode_picks(trees, model, profile, dp, aa)
 
     def results(rounds, timeline):
-        return results_from_rounds(trees, model, profile_name, dp, mode, rounds, timeline, client, aa, profile,
-                                   start, inject_sleep_us, picks)  # fmt: skip
+        return results_from_rounds(
+            trees, model, profile_name, dp, mode, rounds, timeline, client, aa, profile, start, inject_sleep_us, picks
+        )
 
     def save(rounds, timeline):
         if save_to is not None:
@@ -207,8 +254,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dp", type=int, help="data-parallel size = EP size (default: every visible GPU)")
     parser.add_argument("--server-mode", choices=("concurrent", "sequential"), default="concurrent")
     starts = "; ".join(f"{k}: {v}" for k, v in STARTS.items())
-    parser.add_argument("--start", choices=sorted(STARTS), help=f"{starts} (default: parallel where the profile starts "
-                        "several pairs at once, else serial)")  # fmt: skip
+    parser.add_argument(
+        "--start",
+        choices=sorted(STARTS),
+        help=f"{starts} (default: parallel where the profile starts several pairs at once, else serial)",
+    )
     parser.add_argument(
         "--bench-client",
         choices=sorted(CLIENTS),
@@ -217,17 +267,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health")
     parser.add_argument("--aa", action="store_true", help="A/A run: both servers run the base tree (the noise floor)")
-    parser.add_argument("--inject-sleep-us", type=float, default=0.0, metavar="US",
-                        help="with --aa: a GPU sleep of US microseconds in each fused_marlin_moe call of the candidate "
-                        "server, captured into its CUDA graphs (the error rates)")  # fmt: skip
+    parser.add_argument(
+        "--inject-sleep-us",
+        type=float,
+        default=0.0,
+        metavar="US",
+        help="with --aa: a GPU sleep of US microseconds in each fused_marlin_moe call of the candidate "
+        "server, captured into its CUDA graphs (the error rates)",
+    )
     for flag, (field, kind, _) in PROFILE_OVERRIDES.items():
         parser.add_argument(flag, dest=field, type=kind, help=f"the profile's {field}, overridden (recorded)")
-    parser.add_argument("--pairs-at-once", type=int, help="with --start parallel: launch pairs whose servers start "
-                        "together (default: the profile's; recorded)")  # fmt: skip
+    parser.add_argument(
+        "--pairs-at-once",
+        type=int,
+        help="with --start parallel: launch pairs whose servers start together (default: the profile's; recorded)",
+    )
     parser.add_argument("--out", type=Path, help=f"folder for {outputs.TPOT_RESULTS} and the run's logs")
     parser.add_argument("--allow-busy", action="store_true", help="measure even if another process uses the GPU")
-    parser.add_argument("--block-sizes", action="store_true", help="print the block_size_m each build picks in "
-                        "decode for --model, --profile and --dp (default 1), and exit (no GPU needed)")  # fmt: skip
+    parser.add_argument(
+        "--block-sizes",
+        action="store_true",
+        help="print the block_size_m each build picks in "
+        "decode for --model, --profile and --dp (default 1), and exit (no GPU needed)",
+    )
     parser.add_argument("--from-rounds", type=Path, help="rebuild the results of an interrupted run from its folder")
     parser.add_argument("--dp-of-rounds", type=int, default=1, help="with --from-rounds: the DP size that run used")
     args = parser.parse_args(argv)
@@ -236,14 +298,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bad:
         raise UsageError(f"{', '.join(bad)}: launches and rounds need at least 1, the settling cap at least 0 s")
     if args.inject_sleep_us < 0 or (args.inject_sleep_us and not args.aa):
-        raise UsageError(f"--inject-sleep-us {args.inject_sleep_us}: a positive sleep, with --aa (the candidate of an "
-                         "A/A run is slowed; the error rates)")  # fmt: skip
-    args.start, overrides["pairs_at_once"] = resolve_start(PROFILES[args.profile], args.start, args.pairs_at_once,
-                                                           args.server_mode)  # fmt: skip
+        raise UsageError(
+            f"--inject-sleep-us {args.inject_sleep_us}: a positive sleep, with --aa (the candidate of an "
+            "A/A run is slowed; the error rates)"
+        )
+    args.start, overrides["pairs_at_once"] = resolve_start(
+        PROFILES[args.profile], args.start, args.pairs_at_once, args.server_mode
+    )
     if args.block_sizes:
         dp = args.dp or 1
-        print(f"{args.model}, profile {args.profile}, DP = EP = {dp}: block_size_m per decode step as the spec says "
-              "(ci.kernel.spec; a run records what each build picked)")  # fmt: skip
+        print(
+            f"{args.model}, profile {args.profile}, DP = EP = {dp}: block_size_m per decode step as the spec says "
+            "(ci.moe.spec; a run records what each build picked)"
+        )
         print(block_size_table(decode_block_sizes(model_dir(args.model), PROFILES[args.profile], dp)))
         return 0
     missing = [flag for flag, value in (("--manifest", args.manifest), ("--out", args.out)) if value is None]
@@ -255,17 +322,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         rounds = rounds_from_dir(args.from_rounds)
         profile = replace(PROFILES[args.profile], **overrides)
         picks = built_decode_picks(trees, args.model, profile, args.dp_of_rounds, args.aa)
-        results = results_from_rounds(trees, args.model, args.profile, args.dp_of_rounds, args.server_mode, rounds, {},
-                                      args.bench_client, args.aa, profile, args.start, picks=picks)  # fmt: skip
+        results = results_from_rounds(
+            trees,
+            args.model,
+            args.profile,
+            args.dp_of_rounds,
+            args.server_mode,
+            rounds,
+            {},
+            args.bench_client,
+            args.aa,
+            profile,
+            args.start,
+            picks=picks,
+        )
         results.save(out)
         print(f"tpot: {len(rounds)} rounds from {args.from_rounds} written to {out}")
         return 0
     dp = len(serving_gpus(args.dp, args.allow_busy))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: servers stop
     print(f"tpot: run tag {procs.RUN_ID_ENV}={procs.run_id()} (servers answer as {served_name('<build>')})", flush=True)
-    results = run_tpot(trees, args.model, args.profile, dp, args.out, args.server_mode, args.health_timeout,
-                       save_to=out, client=args.bench_client, aa=args.aa, overrides=overrides,
-                       start=args.start, inject_sleep_us=args.inject_sleep_us)  # fmt: skip
+    results = run_tpot(
+        trees,
+        args.model,
+        args.profile,
+        dp,
+        args.out,
+        args.server_mode,
+        args.health_timeout,
+        save_to=out,
+        client=args.bench_client,
+        aa=args.aa,
+        overrides=overrides,
+        start=args.start,
+        inject_sleep_us=args.inject_sleep_us,
+    )
     results.save(out)
     print(f"tpot: results written to {out}")
     return 0

@@ -26,8 +26,10 @@ def export_vllm(repo: Path, commit: str, dest: Path) -> None:
         mode, kind, sha = meta.decode().split()
         path = raw_path.decode("utf-8", errors="replace")
         if kind != "blob" or mode not in ("100644", "100755"):
-            raise PatchError(f"{path} at {commit[:12]} of {repo} is not a file (mode {mode}: a link or a submodule): "
-                             "the gate tests files only; replace it by the file it names")  # fmt: skip
+            raise PatchError(
+                f"{path} at {commit[:12]} of {repo} is not a file (mode {mode}: a link or a submodule): "
+                "the gate tests files only; replace it by the file it names"
+            )
         entries.append((raw_path.decode("utf-8", errors="surrogateescape"), sha, mode))
     if dest.exists():
         if not (dest / REFS_MARKER).is_file():

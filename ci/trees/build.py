@@ -114,8 +114,10 @@ def resolve_refs(opts: BuildOptions) -> BuildOptions:
     export_vllm(opts.vllm_src, info["merge_base"], where / "base-src")
     patch = where / "change.patch"
     patch.write_text(text)
-    print(f"build: {base}...{head}: base = vllm/ at merge-base {info['merge_base'][:12]}, candidate = base + "
-          f"{len(info['files'])} changed file(s) of {head} ({info['head_sha'][:12]}); patch: {patch}")  # fmt: skip
+    print(
+        f"build: {base}...{head}: base = vllm/ at merge-base {info['merge_base'][:12]}, candidate = base + "
+        f"{len(info['files'])} changed file(s) of {head} ({info['head_sha'][:12]}); patch: {patch}"
+    )
     return replace(opts, patch=patch, vllm_src=where / "base-src", refs={**info, "repo": str(opts.vllm_src)})
 
 
@@ -129,8 +131,11 @@ def patch_for_release(patch: Path, version: str) -> Path:
     rebased = patch.parent / RELEASE_PATCHES / f"vllm-{version}.patch"
     if patch.name != "change.patch" or not rebased.is_file():
         return patch
-    print(f"build: vLLM {version} has its own version of {_display_path(patch)}: {_display_path(rebased)} is "
-          "applied instead (its preamble says why)", flush=True)  # fmt: skip
+    print(
+        f"build: vLLM {version} has its own version of {_display_path(patch)}: {_display_path(rebased)} is "
+        "applied instead (its preamble says why)",
+        flush=True,
+    )
     return rebased
 
 
@@ -198,16 +203,18 @@ def resolve_contract(opts: BuildOptions) -> dict | None:
     return None if path is None else contracts.load_contract(path).to_json()
 
 
-def _build_into(out: Path, opts: BuildOptions, release: Release, taken: list[str], ignored: list[str],
-                contract: dict | None = None) -> Trees:  # fmt: skip
+def _build_into(
+    out: Path, opts: BuildOptions, release: Release, taken: list[str], ignored: list[str], contract: dict | None = None
+) -> Trees:
     release_tree, patched_tree = out / "release", out / "patched"
     make_base_tree(release, release_tree)
     overlaid = overlay_checkout(opts.vllm_src, release_tree) if opts.vllm_src else []
     shutil.copytree(release_tree, patched_tree, symlinks=True)
     materialize(patched_tree, taken)
     where = f"vLLM {release.version} ({release.source})"
-    reverse = patching.apply_patch(opts.patch, patched_tree, reverse=opts.reverse, include=["vllm/*"], where=where,
-                                   auto_reverse=True)  # fmt: skip
+    reverse = patching.apply_patch(
+        opts.patch, patched_tree, reverse=opts.reverse, include=["vllm/*"], where=where, auto_reverse=True
+    )
     # Forward: base = release, candidate = patched. Reverse: the release holds the patch already.
     base, candidate = (patched_tree, release_tree) if reverse else (release_tree, patched_tree)
     base = base.rename(out / "base")
@@ -246,8 +253,10 @@ def check_changes(changes: Sequence[FileChange], patch: Path, candidate: Path, e
     links = [c.path for c in changes if c.what == treediff.LINK]
     if links:
         targets = ", ".join(f"{p} -> {os.readlink(candidate / p)}" for p in links)
-        raise PatchError(f"{patch} puts symbolic links into vLLM ({targets}): the trees hold only files; "
-                         "commit the file itself. Nothing was changed.")  # fmt: skip
+        raise PatchError(
+            f"{patch} puts symbolic links into vLLM ({targets}): the trees hold only files; "
+            "commit the file itself. Nothing was changed."
+        )
     if all(c.what == treediff.MODE for c in changes):
         what = ", ".join(c.path for c in changes) or "no file"
         raise PatchError(
@@ -267,15 +276,21 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> list[argparse.Actio
         parser.add_argument("--vllm-src", type=Path, help="a vLLM checkout whose Python files overlay the release"),
         parser.add_argument("--patch", type=Path, help=f"the patch under test (default: --change {DEFAULT_CHANGE})"),
         parser.add_argument("--change", help="a change of ci/changes/ by name: its change.patch and contract.py"),
-        parser.add_argument("--contract", default="auto",
-                            help="the change's contract.py; 'none' to test without one (default: the one beside "
-                            "the patch)"),
-        parser.add_argument("--reverse", action="store_true",
-                            help="the release contains the patch: remove it for base"),
-        parser.add_argument("--base-ref", help="with --vllm-src: the ref a branch is compared with (default: the "
-                            "first of the release's tag vX.Y.Z, origin/main, upstream/main that the checkout has)"),
+        parser.add_argument(
+            "--contract",
+            default="auto",
+            help="the change's contract.py; 'none' to test without one (default: the one beside the patch)",
+        ),
+        parser.add_argument(
+            "--reverse", action="store_true", help="the release contains the patch: remove it for base"
+        ),
+        parser.add_argument(
+            "--base-ref",
+            help="with --vllm-src: the ref a branch is compared with (default: the "
+            "first of the release's tag vX.Y.Z, origin/main, upstream/main that the checkout has)",
+        ),
         parser.add_argument("--head-ref", help="with --vllm-src: the branch or commit under test (HEAD)"),
-    ]  # fmt: skip
+    ]
 
 
 def patch_of(change: str | None, patch: Path | None) -> Path:
@@ -287,8 +302,10 @@ def patch_of(change: str | None, patch: Path | None) -> Path:
     known = sorted(p.parent.name for p in CHANGES_DIR.glob("*/change.patch"))
     folder = CHANGES_DIR / change
     if not CHANGE_NAME.fullmatch(change) or folder.resolve().parent != CHANGES_DIR:
-        raise UsageError(f"--change {change!r}: a change is named by its folder in ci/changes/ ({', '.join(known)}); "
-                         "for a patch file of your own use --patch FILE")  # fmt: skip
+        raise UsageError(
+            f"--change {change!r}: a change is named by its folder in ci/changes/ ({', '.join(known)}); "
+            "for a patch file of your own use --patch FILE"
+        )
     if not (folder / "change.patch").is_file():
         raise UsageError(f"--change {change}: no {folder}/change.patch; the changes are {', '.join(known)}")
     return folder / "change.patch"

@@ -112,8 +112,9 @@ def start(trees: Trees, folder: Path):
     except ImportError:
         return None
     folder.mkdir(parents=True, exist_ok=True)
-    cov = coverage.Coverage(data_file=str(folder / ".coverage"), data_suffix=True, include=files, branch=False,
-                            config_file=False)  # fmt: skip
+    cov = coverage.Coverage(
+        data_file=str(folder / ".coverage"), data_suffix=True, include=files, branch=False, config_file=False
+    )
     cov.set_option("run:disable_warnings", ["no-data-collected"])  # a process that ran none of them: no noise
     if sys.version_info >= (3, 12):  # sys.monitoring: the code outside the changed files runs at full speed
         with contextlib.suppress(Exception):  # a coverage.py older than 7.4 has no such option: its tracer, slower
@@ -137,13 +138,21 @@ def summarize(trees: Trees, folder: Path) -> LineReport:
     try:
         from coverage import CoverageData
     except ImportError:
-        return LineReport(measured=False, statements=total, why_not_measured=(
-            f"coverage.py is not installed, so no changed line was measured: install it ({COVERAGE_PIN}, "
-            "requirements/test.txt), or run the tier through its nox session"))  # fmt: skip
+        return LineReport(
+            measured=False,
+            statements=total,
+            why_not_measured=(
+                f"coverage.py is not installed, so no changed line was measured: install it ({COVERAGE_PIN}, "
+                "requirements/test.txt), or run the tier through its nox session"
+            ),
+        )
     data_files = sorted(folder.glob(".coverage*"))  # none where the folder is not there
     if not data_files:
-        return LineReport(measured=False, statements=total,
-                          why_not_measured="no test process recorded coverage data (did any test run?)")  # fmt: skip
+        return LineReport(
+            measured=False,
+            statements=total,
+            why_not_measured="no test process recorded coverage data (did any test run?)",
+        )
     ran: dict[str, set[int]] = {}
     for data_file in data_files:
         data = CoverageData(basename=str(data_file))

@@ -64,9 +64,17 @@ def nox_entries(nox_root: Path = NOX_DIR) -> list[Entry]:
     """nox's session environments: a folder of ``nox_root`` holding a ``pyvenv.cfg`` is one."""
     if not nox_root.is_dir():
         return []
-    return [Entry(name=f"{NOX}/{p.name}", path=p, what="a nox session's virtual environment", size=_size(p),
-                  ours=(p / "pyvenv.cfg").is_file())
-            for p in sorted(nox_root.iterdir()) if p.is_dir() and not p.is_symlink()]  # fmt: skip
+    return [
+        Entry(
+            name=f"{NOX}/{p.name}",
+            path=p,
+            what="a nox session's virtual environment",
+            size=_size(p),
+            ours=(p / "pyvenv.cfg").is_file(),
+        )
+        for p in sorted(nox_root.iterdir())
+        if p.is_dir() and not p.is_symlink()
+    ]
 
 
 def entries(root: Path = GATE_DIR, nox_root: Path | None = None) -> list[Entry]:
@@ -90,14 +98,16 @@ def _mib(size: int) -> str:
 
 
 def listing(found: Sequence[Entry]) -> str:
-    lines = [f"{e.name:<48} {_mib(e.size):>12}  {e.what}{'' if e.ours else ' (not made by the gate: kept)'}"
-             for e in found]  # fmt: skip
+    lines = [
+        f"{e.name:<48} {_mib(e.size):>12}  {e.what}{'' if e.ours else ' (not made by the gate: kept)'}" for e in found
+    ]
     lines.append(f"{'total':<48} {_mib(sum(e.size for e in found)):>12}")
     return "\n".join(lines)
 
 
-def remove(names: Sequence[str], *, everything: bool, root: Path = GATE_DIR, nox: bool = False,
-           nox_root: Path | None = None) -> list[Entry]:  # fmt: skip
+def remove(
+    names: Sequence[str], *, everything: bool, root: Path = GATE_DIR, nox: bool = False, nox_root: Path | None = None
+) -> list[Entry]:
     """Remove the named entries (``nox/NAME`` too, with ``nox_root``), every entry of ``root`` the gate made
     (``everything``), and/or every nox environment of ``nox_root`` (``nox``)."""
     if nox and nox_root is None:

@@ -19,7 +19,7 @@ issue of #48144: callers without expert parallelism see no change), every other 
 rule is checked, and every report says so (``NO_CONTRACT``).
 
 A contract is data with a few pure functions, not a program: it is read as Python, but only a small part
-of the language is accepted (:func:`check_source`: names bound to values, ``from ci.kernel import spec`` and
+of the language is accepted (:func:`check_source`: names bound to values, ``from ci.moe import spec`` and
 ``import math``, and functions of arithmetic, comparisons, ``spec``'s rules and the environment mapping they
 are given), and it runs with a short list of builtins, so it cannot reach the gate's own code, the file
 system or the process. Anything it raises while loading, ``SystemExit`` included, is a usage error naming
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ci.core.errors import UsageError
-from ci.kernel import spec
+from ci.moe import spec
 from ci.trees.variants import ENTRY_MODULE, ENTRY_MODULES
 
 CONTRACT_FILE = "contract.py"
@@ -71,16 +71,29 @@ class Contract:
 
     def describe(self) -> str:
         """One line for reports: the contract, the rules it adds and the paths it may change."""
-        paths = [p for p, on in (("non-EP fused", self.changes_non_ep), ("EP fused", self.changes_ep),
-                                 ("batched", self.changes_batched)) if on]  # fmt: skip
+        paths = [
+            p
+            for p, on in (
+                ("non-EP fused", self.changes_non_ep),
+                ("EP fused", self.changes_ep),
+                ("batched", self.changes_batched),
+            )
+            if on
+        ]
         return (
             f"contract {self.name} ({self.upstream}): rules {', '.join(self.rules) or 'none'}; may change "
             f"{', '.join(paths) or 'nothing by default'}; settings {', '.join(self.settings)}"
         )
 
     def to_json(self) -> dict:
-        return {"name": self.name, "path": self.path, "sha256": self.sha256, "rules": self.rules,
-                "describe": self.describe(), "entry_module": self.entry_module}  # fmt: skip
+        return {
+            "name": self.name,
+            "path": self.path,
+            "sha256": self.sha256,
+            "rules": self.rules,
+            "describe": self.describe(),
+            "entry_module": self.entry_module,
+        }
 
 
 class ContractError(UsageError):
@@ -89,30 +102,113 @@ class ContractError(UsageError):
 
 # What a contract may use: modules by the name it imports them under, builtins, methods of the values it gets.
 MODULES = {"spec": spec, "math": math}
-BUILTINS = ("abs", "all", "any", "bool", "dict", "divmod", "enumerate", "float", "int", "isinstance", "len", "list",
-            "max", "min", "range", "round", "set", "sorted", "str", "sum", "tuple", "zip", "ValueError", "TypeError",
-            "KeyError", "RuntimeError", "ArithmeticError", "ZeroDivisionError", "AssertionError")  # fmt: skip
-METHODS = frozenset({"get", "items", "keys", "values", "startswith", "endswith", "lower", "upper", "strip", "split",
-                     "isdigit", "count", "index"})  # fmt: skip
+BUILTINS = (
+    "abs",
+    "all",
+    "any",
+    "bool",
+    "dict",
+    "divmod",
+    "enumerate",
+    "float",
+    "int",
+    "isinstance",
+    "len",
+    "list",
+    "max",
+    "min",
+    "range",
+    "round",
+    "set",
+    "sorted",
+    "str",
+    "sum",
+    "tuple",
+    "zip",
+    "ValueError",
+    "TypeError",
+    "KeyError",
+    "RuntimeError",
+    "ArithmeticError",
+    "ZeroDivisionError",
+    "AssertionError",
+)
+METHODS = frozenset(
+    {
+        "get",
+        "items",
+        "keys",
+        "values",
+        "startswith",
+        "endswith",
+        "lower",
+        "upper",
+        "strip",
+        "split",
+        "isdigit",
+        "count",
+        "index",
+    }
+)
 TOP_LEVEL = (ast.Assign, ast.AnnAssign, ast.FunctionDef, ast.Import, ast.ImportFrom)
 # Every kind of syntax a contract may hold (an allow-list: anything else, a ``match`` statement, a class, a
 # ``while``, ``try``, ``with``, ``global``, ``lambda`` defaults aside, is refused with its line)
-ALLOWED = (ast.Module, ast.Expr, ast.Constant, *TOP_LEVEL, ast.alias, ast.arguments, ast.arg, ast.keyword,
-           ast.Return, ast.If, ast.IfExp, ast.For, ast.comprehension, ast.ListComp, ast.SetComp, ast.DictComp,
-           ast.GeneratorExp, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Call, ast.Name, ast.Attribute,
-           ast.Subscript, ast.Slice, ast.Tuple, ast.List, ast.Dict, ast.Set, ast.Load, ast.Store, ast.operator,
-           ast.unaryop, ast.boolop, ast.cmpop, ast.Lambda, ast.Raise, ast.Assert, ast.Pass, ast.Break, ast.Continue,
-           ast.AugAssign, ast.JoinedStr, ast.FormattedValue)  # fmt: skip
+ALLOWED = (
+    ast.Module,
+    ast.Expr,
+    ast.Constant,
+    *TOP_LEVEL,
+    ast.alias,
+    ast.arguments,
+    ast.arg,
+    ast.keyword,
+    ast.Return,
+    ast.If,
+    ast.IfExp,
+    ast.For,
+    ast.comprehension,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.BoolOp,
+    ast.Compare,
+    ast.Call,
+    ast.Name,
+    ast.Attribute,
+    ast.Subscript,
+    ast.Slice,
+    ast.Tuple,
+    ast.List,
+    ast.Dict,
+    ast.Set,
+    ast.Load,
+    ast.Store,
+    ast.operator,
+    ast.unaryop,
+    ast.boolop,
+    ast.cmpop,
+    ast.Lambda,
+    ast.Raise,
+    ast.Assert,
+    ast.Pass,
+    ast.Break,
+    ast.Continue,
+    ast.AugAssign,
+    ast.JoinedStr,
+    ast.FormattedValue,
+)
 MAX_SOURCE_BYTES = 64 * 1024  # a contract is a page of rules; a larger file is refused before it is parsed
 # the fields that hold a name a contract's code binds or reads: none of them may be a dunder name
-IDENTIFIER_FIELDS = {ast.Name: "id", ast.arg: "arg", ast.keyword: "arg", ast.FunctionDef: "name",
-                     ast.alias: "asname"}  # fmt: skip
+IDENTIFIER_FIELDS = {ast.Name: "id", ast.arg: "arg", ast.keyword: "arg", ast.FunctionDef: "name", ast.alias: "asname"}
 
 
 def _refuse(path: Path, node: ast.AST, what: str) -> ContractError:
     return ContractError(
         f"{path}, line {getattr(node, 'lineno', '?')}: {what}. A contract holds only NAME = value lines, "
-        "`from ci.kernel import spec`, `import math` and rule functions of spec's rules and the env mapping they get "
+        "`from ci.moe import spec`, `import math` and rule functions of spec's rules and the env mapping they get "
         "(ci/trees/contracts.py)"
     )
 
@@ -121,8 +217,10 @@ def check_source(text: str, path: Path) -> ast.Module:
     """The parsed contract, or a :class:`ContractError` naming the first construct it may not use: every node
     must be of a kind in ``ALLOWED``, and no name it binds or reads may be a dunder name."""
     if len(text.encode()) > MAX_SOURCE_BYTES:
-        raise ContractError(f"{path}: {len(text.encode()):,} bytes; a contract is at most {MAX_SOURCE_BYTES:,} "
-                            "(NAME = value lines and a few rule functions)")  # fmt: skip
+        raise ContractError(
+            f"{path}: {len(text.encode()):,} bytes; a contract is at most {MAX_SOURCE_BYTES:,} "
+            "(NAME = value lines and a few rule functions)"
+        )
     try:
         tree = ast.parse(text, str(path))
     except (SyntaxError, ValueError) as exc:
@@ -136,8 +234,11 @@ def check_source(text: str, path: Path) -> ast.Module:
         if isinstance(node, ast.Import) and [(a.name, a.asname) for a in node.names] != [("math", None)]:
             raise _refuse(path, node, "an import other than `import math`")
         if isinstance(node, ast.ImportFrom) and (node.level, node.module, [(a.name, a.asname) for a in node.names]) != (
-                0, "ci.kernel", [("spec", None)]):  # fmt: skip
-            raise _refuse(path, node, "an import other than `from ci.kernel import spec`")
+            0,
+            "ci.moe",
+            [("spec", None)],
+        ):
+            raise _refuse(path, node, "an import other than `from ci.moe import spec`")
         if isinstance(node, ast.FunctionDef) and node.decorator_list:
             raise _refuse(path, node, "a decorator")
     for node in ast.walk(tree):

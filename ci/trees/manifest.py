@@ -58,12 +58,24 @@ class Trees:
 
 
 CHANGE = {"path": STRING, "sha256_before": Opt(STRING), "sha256_after": Opt(STRING), "what": STRING}
-FIELDS = {"vllm_version": STRING, "vllm_source": STRING, "patch_path": STRING, "patch_sha256": STRING,
-          "reverse": BOOLEAN, "base": STRING, "candidate": STRING, "changed_files": ListOf(CHANGE),
-          "ignored_patch_paths": Opt(ListOf(STRING)), "overlaid_files": Opt(ListOf(STRING)), "refs": Opt(MapOf(Opt(
-              OneOf((STRING, ListOf(STRING)))))), "contract": Opt({"path": STRING, "sha256": STRING}),
-          "entry_module": Opt(STRING), "tools": Opt(MapOf(STRING)), "created_at": Opt(STRING),
-          "command": Opt(STRING)}  # fmt: skip
+FIELDS = {
+    "vllm_version": STRING,
+    "vllm_source": STRING,
+    "patch_path": STRING,
+    "patch_sha256": STRING,
+    "reverse": BOOLEAN,
+    "base": STRING,
+    "candidate": STRING,
+    "changed_files": ListOf(CHANGE),
+    "ignored_patch_paths": Opt(ListOf(STRING)),
+    "overlaid_files": Opt(ListOf(STRING)),
+    "refs": Opt(MapOf(Opt(OneOf((STRING, ListOf(STRING)))))),
+    "contract": Opt({"path": STRING, "sha256": STRING}),
+    "entry_module": Opt(STRING),
+    "tools": Opt(MapOf(STRING)),
+    "created_at": Opt(STRING),
+    "command": Opt(STRING),
+}
 
 
 def load_trees(manifest_path: Path) -> Trees:

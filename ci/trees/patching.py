@@ -20,15 +20,45 @@ from ci.core.errors import MissingDependencyError, PatchError
 # git as the gate runs it, whatever the user's configuration says: no user or system config file, paths
 # unquoted (patch paths are compared as written), no colour, no external diff or text conversion.
 GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_PAGER": "cat", "LC_ALL": "C"}
-GIT_OPTIONS = ("-c", "core.quotepath=false", "-c", "color.ui=never", "-c", "diff.noprefix=false",
-               "-c", "diff.mnemonicPrefix=false", "-c", "core.pager=cat")  # fmt: skip
+GIT_OPTIONS = (
+    "-c",
+    "core.quotepath=false",
+    "-c",
+    "color.ui=never",
+    "-c",
+    "diff.noprefix=false",
+    "-c",
+    "diff.mnemonicPrefix=false",
+    "-c",
+    "core.pager=cat",
+)
 
 # Paths a Python-only tree can take; anything compiled needs a full vLLM build.
 PATCHED_PREFIX = "vllm/"
 COMPILED_PREFIXES = ("csrc/", "cmake/", "setup.py")
 COMPILED_NAMES = ("CMakeLists.txt",)  # at any depth
-COMPILED_SUFFIXES = (".cu", ".cuh", ".cpp", ".cxx", ".cc", ".c", ".h", ".hh", ".hpp", ".hxx", ".inl", ".hip",
-                     ".cubin", ".ptx", ".fatbin", ".cmake", ".so", ".pyd", ".dylib", ".dll")  # fmt: skip
+COMPILED_SUFFIXES = (
+    ".cu",
+    ".cuh",
+    ".cpp",
+    ".cxx",
+    ".cc",
+    ".c",
+    ".h",
+    ".hh",
+    ".hpp",
+    ".hxx",
+    ".inl",
+    ".hip",
+    ".cubin",
+    ".ptx",
+    ".fatbin",
+    ".cmake",
+    ".so",
+    ".pyd",
+    ".dylib",
+    ".dll",
+)
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 _FAILED_RE = re.compile(r"error: patch failed: (?P<file>.+):(?P<line>\d+)")
 _MISSING_RE = re.compile(r"error: (?P<file>.+): (No such file or directory|does not exist in index)")
@@ -37,8 +67,11 @@ _PLUS_RE = re.compile(r"^\+\+\+ (?:b/)?(?P<path>[^\t]+)")
 
 def is_compiled(path: str) -> bool:
     """A path of vLLM's compiled sources or build (a Python-only tree cannot test a change to it)."""
-    return path.startswith(COMPILED_PREFIXES) or path.endswith(COMPILED_SUFFIXES) or (
-        path.rsplit("/", 1)[-1] in COMPILED_NAMES)  # fmt: skip
+    return (
+        path.startswith(COMPILED_PREFIXES)
+        or path.endswith(COMPILED_SUFFIXES)
+        or (path.rsplit("/", 1)[-1] in COMPILED_NAMES)
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,8 +167,9 @@ def _git(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
     if git is None:
         raise MissingDependencyError("git is not on PATH: the gate applies patches with `git apply`; install git")
     env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tree.resolve().parent), **GIT_ENV)
-    return subprocess.run([git, *GIT_OPTIONS, *args], cwd=tree, env=env, capture_output=True, text=True,
-                          errors="replace", check=False)  # fmt: skip
+    return subprocess.run(
+        [git, *GIT_OPTIONS, *args], cwd=tree, env=env, capture_output=True, text=True, errors="replace", check=False
+    )
 
 
 def _explain(stderr: str, files: tuple[FilePatch, ...], *, reverse: bool) -> str:
@@ -203,8 +237,9 @@ def hunk_report(patch: Path, tree: Path, include: list[str]) -> str:
     return "; ".join(parts)
 
 
-def apply_patch(patch: Path, tree: Path, *, reverse: bool, include: list[str], where: str,
-                auto_reverse: bool = False) -> bool:  # fmt: skip
+def apply_patch(
+    patch: Path, tree: Path, *, reverse: bool, include: list[str], where: str, auto_reverse: bool = False
+) -> bool:
     """Check the whole patch against ``tree``, then apply it; on any mismatch change nothing. With
     ``auto_reverse``, a patch that does not apply forward but reverse-applies (the release already holds
     it) is removed instead, with a line saying so. Returns whether it was reverse-applied."""
@@ -216,8 +251,11 @@ def apply_patch(patch: Path, tree: Path, *, reverse: bool, include: list[str], w
         what = _explain(check.stderr, files, reverse=reverse)
         other = _git(tree, "apply", "--check", *([] if reverse else ["-R"]), *includes, str(patch.resolve()))
         if other.returncode == 0 and auto_reverse and not reverse:
-            print(f"build: {patch} does not apply to {where} but reverse-applies: this vLLM already contains it, "
-                  "so the base is built by removing it (as --reverse)", flush=True)  # fmt: skip
+            print(
+                f"build: {patch} does not apply to {where} but reverse-applies: this vLLM already contains it, "
+                "so the base is built by removing it (as --reverse)",
+                flush=True,
+            )
             return apply_patch(patch, tree, reverse=True, include=include, where=where)
         if other.returncode == 0:
             hint = (
@@ -226,9 +264,11 @@ def apply_patch(patch: Path, tree: Path, *, reverse: bool, include: list[str], w
                 else "this vLLM already contains it: use --reverse to build the base by removing it"
             )
         else:
-            hint = (f"it was written for another vLLM version; hunk by hunk: {hunk_report(patch, tree, include)}. "
-                    "Pick the matching --vllm, rebase the patch, or for a change of ci/changes/ add its version for "
-                    "this release as releases/vllm-<version>.patch beside its change.patch")  # fmt: skip
+            hint = (
+                f"it was written for another vLLM version; hunk by hunk: {hunk_report(patch, tree, include)}. "
+                "Pick the matching --vllm, rebase the patch, or for a change of ci/changes/ add its version for "
+                "this release as releases/vllm-<version>.patch beside its change.patch"
+            )
         action = "reverse-apply" if reverse else "apply"
         raise PatchError(f"{patch} does not {action} to {where}: {what}; {hint}. Nothing was changed.")
     done = _git(tree, "apply", *direction, *includes, str(patch.resolve()))

@@ -9,7 +9,7 @@ import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ci.runner import gpu
+from ci.host import gpu
 from ci.trees.build import command_line
 from ci.trees.manifest import Trees
 

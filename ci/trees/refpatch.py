@@ -25,8 +25,17 @@ from ci.core.errors import MissingDependencyError, PatchError, UsageError
 from ci.trees.patching import GIT_ENV, GIT_OPTIONS, PATCHED_PREFIX, is_compiled
 
 # The diff as git apply reads it, whatever the user's or the repository's configuration says.
-DIFF_OPTIONS = ("--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/", "--dst-prefix=b/",
-                "--no-relative", "--unified=3", "--binary", "--no-renames")  # fmt: skip
+DIFF_OPTIONS = (
+    "--no-color",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+    "--no-relative",
+    "--unified=3",
+    "--binary",
+    "--no-renames",
+)
 LINK_MODE = "120000"
 
 
@@ -36,8 +45,9 @@ def git_bytes(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
     if git is None:
         raise MissingDependencyError("git is not on PATH: install git")
     env = {**os.environ, **GIT_ENV}
-    done = subprocess.run([git, *GIT_OPTIONS, "-C", str(repo), *args], input=stdin, capture_output=True, env=env,
-                          check=False)  # fmt: skip
+    done = subprocess.run(
+        [git, *GIT_OPTIONS, "-C", str(repo), *args], input=stdin, capture_output=True, env=env, check=False
+    )
     if done.returncode != 0:
         detail = done.stderr.decode(errors="replace").strip() or "failed"
         raise UsageError(f"git {' '.join(args)} in {repo}: {detail}")
@@ -59,8 +69,10 @@ def _check_branch_files(repo: Path, merge_base: str, head: str, taken: list[str]
         listing = git_bytes(repo, "ls-tree", "-r", "-z", ref, "--", PATCHED_PREFIX).split(b"\0")
         links = [e.split(b"\t", 1)[1].decode(errors="replace") for e in listing if e.startswith(LINK_MODE.encode())]
         if links:
-            raise PatchError(f"{ref[:12]} holds symbolic links under vllm/ ({', '.join(sorted(links)[:8])}): the gate "
-                             "tests files only; replace each by the file it points at")  # fmt: skip
+            raise PatchError(
+                f"{ref[:12]} holds symbolic links under vllm/ ({', '.join(sorted(links)[:8])}): the gate "
+                "tests files only; replace each by the file it points at"
+            )
     for path in taken:
         for ref in (merge_base, head):
             try:
@@ -68,8 +80,10 @@ def _check_branch_files(repo: Path, merge_base: str, head: str, taken: list[str]
             except UsageError:
                 continue  # not in that commit (added or removed)
             except UnicodeDecodeError:
-                raise PatchError(f"{path} at {ref[:12]} is not UTF-8 text: the gate tests vLLM's Python files, "
-                                 "which are; leave it out of the branch or convert it") from None  # fmt: skip
+                raise PatchError(
+                    f"{path} at {ref[:12]} is not UTF-8 text: the gate tests vLLM's Python files, "
+                    "which are; leave it out of the branch or convert it"
+                ) from None
 
 
 def has_commit(repo: Path, ref: str) -> bool:
@@ -82,9 +96,11 @@ def has_commit(repo: Path, ref: str) -> bool:
 
 def _resolve(repo: Path, ref: str, flag: str) -> str:
     if not has_commit(repo, ref):
-        raise UsageError(f"{flag} {ref}: not a commit of {repo} (a fork clone may call vLLM's repository 'upstream': "
-                         f"try upstream/main, or a release tag such as v0.25.1; `git -C {repo} fetch` first if it is "
-                         "a branch you have not fetched)")  # fmt: skip
+        raise UsageError(
+            f"{flag} {ref}: not a commit of {repo} (a fork clone may call vLLM's repository 'upstream': "
+            f"try upstream/main, or a release tag such as v0.25.1; `git -C {repo} fetch` first if it is "
+            "a branch you have not fetched)"
+        )
     return _git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}").strip()
 
 
@@ -108,10 +124,19 @@ def make_patch(repo: Path, base: str, head: str) -> tuple[str, dict]:
         raise PatchError(f"{base}...{head} changes nothing under vllm/ ({len(changed)} other files): nothing to test")
     _check_branch_files(repo, merge_base, head_sha, taken)
     body = _git(repo, "diff", *DIFF_OPTIONS, merge_base, head_sha, "--", PATCHED_PREFIX)
-    info = {"base": base, "base_sha": base_sha, "merge_base": merge_base, "head": head, "head_sha": head_sha,
-            "files": taken, "left_out": [p for p in changed if p not in taken]}  # fmt: skip
-    header = (f"Patch of {repo.name}: git diff {base}...{head} -- vllm/\nbase {base} = {base_sha}\n"
-              f"merge-base {merge_base}\nhead {head} = {head_sha}\n\n")  # fmt: skip
+    info = {
+        "base": base,
+        "base_sha": base_sha,
+        "merge_base": merge_base,
+        "head": head,
+        "head_sha": head_sha,
+        "files": taken,
+        "left_out": [p for p in changed if p not in taken],
+    }
+    header = (
+        f"Patch of {repo.name}: git diff {base}...{head} -- vllm/\nbase {base} = {base_sha}\n"
+        f"merge-base {merge_base}\nhead {head} = {head_sha}\n\n"
+    )
     return header + body, info
 
 
@@ -127,8 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     text, info = make_patch(args.repo, args.base, args.head)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
-    print(f"refpatch: {info['base']}...{info['head']} ({info['merge_base'][:12]}..{info['head_sha'][:12]}): "
-          f"{len(info['files'])} file(s) under vllm/ in {args.out}")  # fmt: skip
+    print(
+        f"refpatch: {info['base']}...{info['head']} ({info['merge_base'][:12]}..{info['head_sha'][:12]}): "
+        f"{len(info['files'])} file(s) under vllm/ in {args.out}"
+    )
     for path in info["left_out"]:
         print(f"refpatch: left out (not under vllm/): {path}")
     return 0

@@ -26,12 +26,34 @@ from collections.abc import Sequence
 from email.parser import Parser
 from pathlib import Path
 
-GPU_ONLY = frozenset({
-    "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "apache-tvm-ffi", "tilelang",
-    "quack-kernels", "tokenspeed-mla", "humming-kernels", "nvtx", "pynvvideocodec", "fastsafetensors",
-    "instanttensor", "xformers", "triton", "cupy-cuda12x", "cupy-cuda13x", "deep-gemm", "deep-ep", "ray",
-    "vllm-flash-attn", "cuda-python", "cuda-bindings", "opencv-python-headless", "opencv-python",
-})  # fmt: skip
+GPU_ONLY = frozenset(
+    {
+        "flashinfer-python",
+        "flashinfer-cubin",
+        "flashinfer-jit-cache",
+        "apache-tvm-ffi",
+        "tilelang",
+        "quack-kernels",
+        "tokenspeed-mla",
+        "humming-kernels",
+        "nvtx",
+        "pynvvideocodec",
+        "fastsafetensors",
+        "instanttensor",
+        "xformers",
+        "triton",
+        "cupy-cuda12x",
+        "cupy-cuda13x",
+        "deep-gemm",
+        "deep-ep",
+        "ray",
+        "vllm-flash-attn",
+        "cuda-python",
+        "cuda-bindings",
+        "opencv-python-headless",
+        "opencv-python",
+    }
+)
 TORCH_FAMILY = frozenset({"torchvision", "torchaudio", "torchcodec"})
 
 
@@ -76,8 +98,10 @@ def cpu_tier_requirements(metadata_text: str) -> tuple[list[str], list[tuple[str
     for line in requires_dist(metadata_text):
         req = Requirement(line)
         if req.url is not None and dropped_because(req) is None:
-            raise ValueError(f"the release requires {req.name} from {req.url!r}: the CPU tier installs only from "
-                             "the package index, by name and version; refusing a URL requirement")  # fmt: skip
+            raise ValueError(
+                f"the release requires {req.name} from {req.url!r}: the CPU tier installs only from "
+                "the package index, by name and version; refusing a URL requirement"
+            )
         why = dropped_because(req)
         if why:
             dropped.append((line, why))
@@ -101,9 +125,10 @@ def metadata_of(release_root: Path) -> str:
 
 def write_requirements(metadata_text: str, out: Path, *, version: str) -> Path:
     lines, dropped = cpu_tier_requirements(metadata_text)
-    header = [f"# The CPU tier's dependencies for vLLM {version}, from its Requires-Dist "
-              "(python -m ci.trees.release_deps).",
-              *[f"# dropped: {line}  ({why})" for line, why in dropped]]  # fmt: skip
+    header = [
+        f"# The CPU tier's dependencies for vLLM {version}, from its Requires-Dist (python -m ci.trees.release_deps).",
+        *[f"# dropped: {line}  ({why})" for line, why in dropped],
+    ]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join([*header, *lines]) + "\n")
     return out
@@ -121,8 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=GATE_DIR / "cache")
     args = parser.parse_args(argv)
     release = fetch_release(args.vllm, args.cache)
-    out = write_requirements(metadata_of(release.root), args.out or GATE_DIR / "deps" / f"vllm-{args.vllm}.txt",
-                             version=args.vllm)  # fmt: skip
+    out = write_requirements(
+        metadata_of(release.root), args.out or GATE_DIR / "deps" / f"vllm-{args.vllm}.txt", version=args.vllm
+    )
     print(out)
     return 0
 

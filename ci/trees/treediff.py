@@ -93,6 +93,7 @@ def differences(base: Path, candidate: Path) -> list[FileChange]:
             what = LINK if _is_link(after[rel]) else ADDED
             changes.append(FileChange(path=rel, sha256_before=None, sha256_after=_sha256(c, follow=False), what=what))
         elif (what := _same(b, c, before[rel], after[rel])) is not None:
-            changes.append(FileChange(path=rel, sha256_before=_sha256(b), sha256_after=_sha256(c, follow=False),
-                                      what=what))  # fmt: skip
+            changes.append(
+                FileChange(path=rel, sha256_before=_sha256(b), sha256_after=_sha256(c, follow=False), what=what)
+            )
     return changes

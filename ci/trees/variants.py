@@ -145,8 +145,9 @@ def _imports_of(tree: Path, name: str, path: Path, mtime_ns: int, size: int) -> 
     return known(found[True]), known(found[False] - found[True])
 
 
-def _import_chain(tree: Path, start: str, goal: str, limit: int = 5000, *, type_checking: bool = False
-                  ) -> list[str] | None:  # fmt: skip
+def _import_chain(
+    tree: Path, start: str, goal: str, limit: int = 5000, *, type_checking: bool = False
+) -> list[str] | None:
     """The shortest chain of imports from ``start`` to ``goal`` in ``tree`` (None: ``goal`` is not reached)."""
     parent: dict[str, str | None] = {start: None}
     queue = [start]
@@ -179,11 +180,15 @@ def _not_testable(change: FileChange) -> str | None:
     """Why the in-process tiers cannot test this changed file (None: they can, it is a module they load)."""
     path = change.path
     if "__pycache__" in path.split("/") or path.endswith((".pyc", ".pyo")):
-        return (f"{path} is bytecode: the gate tests the sources it can read and imports them from source only; "
-                "remove the file from the patch")  # fmt: skip
+        return (
+            f"{path} is bytecode: the gate tests the sources it can read and imports them from source only; "
+            "remove the file from the patch"
+        )
     if not path.endswith(".py"):
-        return (f"{path} is not a Python module ({Path(path).suffix or 'no suffix'}): base and candidate share one "
-                "process, which cannot hold two versions of it")  # fmt: skip
+        return (
+            f"{path} is not a Python module ({Path(path).suffix or 'no suffix'}): base and candidate share one "
+            "process, which cannot hold two versions of it"
+        )
     if path.endswith("/__init__.py"):
         return f"{path} is a package file: loading it twice in one process is unsafe"
     if change.what == REMOVED:
@@ -191,8 +196,14 @@ def _not_testable(change: FileChange) -> str | None:
     return None
 
 
-def candidate_modules(changes: list[FileChange] | tuple[FileChange, ...], candidate: Path, *, source: str,
-                      entry: str = ENTRY_MODULE, explain: bool = True) -> list[str]:  # fmt: skip
+def candidate_modules(
+    changes: list[FileChange] | tuple[FileChange, ...],
+    candidate: Path,
+    *,
+    source: str,
+    entry: str = ENTRY_MODULE,
+    explain: bool = True,
+) -> list[str]:
     """The modules to load from the candidate tree (every changed module, then the entry module), or one
     :class:`PatchError` naming each changed file the in-process tiers could not test, and why."""
     problems, names = [], []
@@ -268,8 +279,10 @@ def _tree_path_hook(tree: Path, loader: type[importlib.machinery.SourceFileLoade
     """A path hook that imports the folders of ``tree`` with ``loader`` (Python sources) and the release's
     compiled extensions, and nothing else: no bytecode-only module (``x.pyc`` with no ``x.py``), no cache."""
     root = os.path.realpath(tree)
-    details = ((loader, importlib.machinery.SOURCE_SUFFIXES),
-               (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES))  # fmt: skip
+    details = (
+        (loader, importlib.machinery.SOURCE_SUFFIXES),
+        (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
+    )
 
     def hook(path: str):
         real = os.path.realpath(path or os.getcwd())
@@ -357,9 +370,17 @@ class Variant:
 
 
 # import name -> the package that provides it, where they differ (for the message below)
-PACKAGE_OF = {"cpuinfo": "py-cpuinfo", "yaml": "pyyaml", "zmq": "pyzmq", "PIL": "pillow",
-              "cv2": "opencv-python-headless", "google": "protobuf", "sklearn": "scikit-learn", "jwt": "pyjwt",
-              "dateutil": "python-dateutil"}  # fmt: skip
+PACKAGE_OF = {
+    "cpuinfo": "py-cpuinfo",
+    "yaml": "pyyaml",
+    "zmq": "pyzmq",
+    "PIL": "pillow",
+    "cv2": "opencv-python-headless",
+    "google": "protobuf",
+    "sklearn": "scikit-learn",
+    "jwt": "pyjwt",
+    "dateutil": "python-dateutil",
+}
 
 
 def missing_module_message(module: str, version: str, tree: Path) -> str:

@@ -1,9 +1,9 @@
 """The Triton fused-MoE bench: one EP rank's ``fused_experts_impl``, base vs candidate, on one GPU.
 
 Each case (``ci.triton_moe.suites``) is timed as the Marlin bench times its cases, with its code: fresh
-CUDA-graph captures of 10 calls (``ci.kernel.graphs.graph_of_calls``) in a seeded order and at seeded addresses,
-rounds within each capture in alternating order (``ci.kernel.bench.time_in_captures``), one timer
-(``ci.kernel.graphs.replay_us``); the verdict's interval is over captures (``ci.core``). Before timing, the
+CUDA-graph captures of 10 calls (``ci.timing.graphs.graph_of_calls``) in a seeded order and at seeded addresses,
+rounds within each capture in alternating order (``ci.timing.captures.time_in_captures``), one timer
+(``ci.timing.graphs.replay_us``); the verdict's interval is over captures (``ci.core``). Before timing, the
 builds' outputs must agree (bit for bit without EP). The config each build launches with is recorded, and a
 **regret table** times a small sweep (``suites.sweep_configs``: the M and N tiles and the warps) beside the
 two chosen configs: how much slower each choice is than the best config found.
@@ -29,9 +29,9 @@ from ci.core import stats
 from ci.core.cli import run_main
 from ci.core.errors import UsageError, WrongResultsError
 from ci.core.results import BenchResults, CaseResult
-from ci.kernel.bench import save_and_check, time_in_captures
-from ci.kernel.graphs import CALLS_PER_GRAPH, ROTATING_INPUTS, graph_of_calls, replay_us
-from ci.runner import gpu, outputs
+from ci.host import gpu, outputs
+from ci.timing.captures import time_in_captures
+from ci.timing.graphs import CALLS_PER_GRAPH, ROTATING_INPUTS, graph_of_calls, replay_us
 from ci.trees import provenance
 from ci.trees.manifest import load_trees
 from ci.triton_moe.spec import NON_EP
@@ -44,8 +44,19 @@ MIN_CAPTURES = 6  # a 95% signed-rank interval over captures needs at least 6
 SWEEP_REPEATS = 5  # timed replays per config of the regret sweep (regret only, not gated)
 EP_EQUAL_BOUND = 1e-2  # rel L2 between the builds under EP (another tiling sums in another order)
 WEIGHT_SCALE = 0.02
-IDENTITY_KEYS = ("shape", "hidden", "intermediate", "global_experts", "local_experts", "topk", "ep", "tokens_per_rank",
-                 "rows", "global_num_experts_arg", "scheme")  # fmt: skip
+IDENTITY_KEYS = (
+    "shape",
+    "hidden",
+    "intermediate",
+    "global_experts",
+    "local_experts",
+    "topk",
+    "ep",
+    "tokens_per_rank",
+    "rows",
+    "global_num_experts_arg",
+    "scheme",
+)
 
 
 def _print(line: str) -> None:
@@ -58,7 +69,7 @@ def op_registration_skipped():
     (the base's registration of ``vllm::fused_experts`` stays; a second one is an error in torch)."""
     from vllm.utils import torch_utils
 
-    from ci.kernel.moe_case import swapped
+    from ci.moe.patching import swapped
 
     with swapped(torch_utils, direct_register_custom_op=lambda *args, **kwargs: None):
         yield
@@ -92,16 +103,20 @@ class Runner:
     def __init__(self, case: TritonCase, weights) -> None:
         import torch
 
-        from ci.kernel import moe_case as mc
+        from ci.moe import routing as mr
 
-        self.torch, self.mc, self.case = torch, mc, case
+        self.torch, self.mr, self.case = torch, mr, case
         self.w1, self.w2 = weights
-        self.view = mc.rank_view(case.shape.experts, case.ep, 0)
+        self.view = mr.rank_view(case.shape.experts, case.ep, 0)
         self.inputs = self._route(0)
 
     def _route(self, capture: int) -> list:
-        return [self.mc.route(self.case.rows, self.case.shape, self.torch.bfloat16,
-                              seed=100 + ROTATING_INPUTS * capture + i) for i in range(ROTATING_INPUTS)]  # fmt: skip
+        return [
+            self.mr.route(
+                self.case.rows, self.case.shape, self.torch.bfloat16, seed=100 + ROTATING_INPUTS * capture + i
+            )
+            for i in range(ROTATING_INPUTS)
+        ]
 
     def start_capture(self, capture: int, pad_bytes: int):
         pad = self.torch.empty(pad_bytes, dtype=self.torch.uint8, device="cuda")
@@ -109,13 +124,19 @@ class Runner:
         return pad
 
     def call(self, module, routing):
-        return module.fused_experts_impl(routing.hidden, self.w1, self.w2, routing.topk_weights, routing.topk_ids,
-                                         global_num_experts=self.case.global_num_experts,
-                                         expert_map=self.view.expert_map)  # fmt: skip
+        return module.fused_experts_impl(
+            routing.hidden,
+            self.w1,
+            self.w2,
+            routing.topk_weights,
+            routing.topk_ids,
+            global_num_experts=self.case.global_num_experts,
+            expert_map=self.view.expert_map,
+        )
 
     def chosen_config(self, module) -> dict:
         """The config both GEMM launches of one call get (they must get the same one)."""
-        from ci.kernel.moe_case import swapped
+        from ci.moe.patching import swapped
 
         seen, launch = [], module.dispatch_fused_moe_kernel
 
@@ -131,7 +152,7 @@ class Runner:
 
     def capture(self, module, config: dict | None = None):
         """A CUDA graph of CALLS_PER_GRAPH calls; ``config``: forced on every call (the regret sweep)."""
-        from ci.kernel.moe_case import swapped
+        from ci.moe.patching import swapped
 
         forced = swapped(module, try_get_optimal_moe_config=lambda *a, **k: dict(config)) if config else None
         with forced or contextlib.nullcontext():
@@ -159,8 +180,9 @@ def run_case(runner: Runner, sides: dict, repeats: int, captures: int, sweep_rep
     case = runner.case
     correctness = check_outputs_agree(runner, sides)
     configs = {name: runner.chosen_config(module) for name, module in sides.items()}
-    samples, capture_of = time_in_captures(runner, case.id, captures, max(1, repeats // captures),
-                                           lambda name: runner.capture(sides[name]))  # fmt: skip
+    samples, capture_of = time_in_captures(
+        runner, case.id, captures, max(1, repeats // captures), lambda name: runner.capture(sides[name])
+    )
     configs_us: dict[str, list[float]] = {}
     if sweep_repeats > 0:
         tried = {config_label(c): c for c in [*sweep_configs(), *configs.values()]}
@@ -173,18 +195,37 @@ def run_case(runner: Runner, sides: dict, repeats: int, captures: int, sweep_rep
         id=case.id,
         unit="us/call",
         samples=samples,
-        info={"shape": s.name, "hidden": s.hidden, "intermediate": s.intermediate, "global_experts": s.experts,
-              "local_experts": int(runner.view.local_ids.numel()), "topk": s.topk, "ep": case.ep,
-              "tokens_per_rank": case.tokens_per_rank, "rows": case.rows,
-              "global_num_experts_arg": case.global_num_experts, "scheme": case.scheme,
-              "config": configs, "config_label": {k: config_label(v) for k, v in configs.items()}},
+        info={
+            "shape": s.name,
+            "hidden": s.hidden,
+            "intermediate": s.intermediate,
+            "global_experts": s.experts,
+            "local_experts": int(runner.view.local_ids.numel()),
+            "topk": s.topk,
+            "ep": case.ep,
+            "tokens_per_rank": case.tokens_per_rank,
+            "rows": case.rows,
+            "global_num_experts_arg": case.global_num_experts,
+            "scheme": case.scheme,
+            "config": configs,
+            "config_label": {k: config_label(v) for k, v in configs.items()},
+        },
         extra={"captures": capture_of, "correctness": correctness, "configs_us": configs_us},
-    )  # fmt: skip
+    )
 
 
-def run_suite(trees, cases: list[TritonCase], suite: str, *, aa: bool = False, case_filter: str | None = None,
-              repeats: int = DEFAULT_REPEATS, captures: int = DEFAULT_CAPTURES, sweep_repeats: int = SWEEP_REPEATS,
-              log=_print) -> BenchResults:  # fmt: skip
+def run_suite(
+    trees,
+    cases: list[TritonCase],
+    suite: str,
+    *,
+    aa: bool = False,
+    case_filter: str | None = None,
+    repeats: int = DEFAULT_REPEATS,
+    captures: int = DEFAULT_CAPTURES,
+    sweep_repeats: int = SWEEP_REPEATS,
+    log=_print,
+) -> BenchResults:
     import torch
 
     sides = load_sides(trees, aa)
@@ -211,21 +252,33 @@ def run_suite(trees, cases: list[TritonCase], suite: str, *, aa: bool = False, c
         kind=KIND,
         suite=suite,
         provenance=provenance.collect(trees, with_cuda=True),
-        settings={"repeats": repeats, "captures": captures, "rounds_per_capture": max(1, repeats // captures),
-                  "sweep_repeats": sweep_repeats, "calls_per_graph": CALLS_PER_GRAPH,
-                  "rotating_inputs": ROTATING_INPUTS, "timer": "CUDA events around a CUDA-graph replay",
-                  "wall_time_s": round(time.time() - started, 1), "aa": aa,
-                  "candidate": "base (A/A run)" if aa else "candidate tree", "expected_cases": [c.id for c in cases],
-                  "case_filter": case_filter, "failed_cases": failed, "identity_keys": list(IDENTITY_KEYS)},
+        settings={
+            "repeats": repeats,
+            "captures": captures,
+            "rounds_per_capture": max(1, repeats // captures),
+            "sweep_repeats": sweep_repeats,
+            "calls_per_graph": CALLS_PER_GRAPH,
+            "rotating_inputs": ROTATING_INPUTS,
+            "timer": "CUDA events around a CUDA-graph replay",
+            "wall_time_s": round(time.time() - started, 1),
+            "aa": aa,
+            "candidate": "base (A/A run)" if aa else "candidate tree",
+            "expected_cases": [c.id for c in cases],
+            "case_filter": case_filter,
+            "failed_cases": failed,
+            "identity_keys": list(IDENTITY_KEYS),
+        },
         cases=results,
-    )  # fmt: skip
+    )
 
 
 def check_plan(captures: int, repeats: int, sweep_repeats: int) -> None:
     if captures < MIN_CAPTURES or repeats < captures:
-        raise UsageError(f"--captures {captures} --repeats {repeats}: a 95% interval over captures needs at least "
-                         f"{MIN_CAPTURES} captures, and each capture at least one round (defaults "
-                         f"{DEFAULT_CAPTURES} and {DEFAULT_REPEATS})")  # fmt: skip
+        raise UsageError(
+            f"--captures {captures} --repeats {repeats}: a 95% interval over captures needs at least "
+            f"{MIN_CAPTURES} captures, and each capture at least one round (defaults "
+            f"{DEFAULT_CAPTURES} and {DEFAULT_REPEATS})"
+        )
     if sweep_repeats < 0:
         raise UsageError(f"--sweep-repeats {sweep_repeats}: 0 (no regret table) or more")
 
@@ -243,8 +296,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--aa", action="store_true", help="A/A run: time the base build against itself")
     parser.add_argument("--captures", type=int, default=DEFAULT_CAPTURES, help="fresh captures per build (%(default)s)")
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="rounds per build (%(default)s)")
-    parser.add_argument("--sweep-repeats", type=int, default=SWEEP_REPEATS,
-                        help="timings per config of the regret sweep; 0: no sweep (%(default)s)")  # fmt: skip
+    parser.add_argument(
+        "--sweep-repeats",
+        type=int,
+        default=SWEEP_REPEATS,
+        help="timings per config of the regret sweep; 0: no sweep (%(default)s)",
+    )
     parser.add_argument("--allow-busy", action="store_true", help="time even if another process uses the GPU")
     args = parser.parse_args(argv)
     check_plan(args.captures, args.repeats, args.sweep_repeats)
@@ -252,9 +309,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = suite_cases(args.suite, args.cases)
     trees = load_trees(args.manifest)
     gpu.require_idle_gpus(1, allow_busy=args.allow_busy)
-    results = run_suite(trees, cases, args.suite, aa=args.aa, case_filter=args.cases, repeats=args.repeats,
-                        captures=args.captures, sweep_repeats=args.sweep_repeats)  # fmt: skip
-    return save_and_check(results, out, "triton bench")
+    results = run_suite(
+        trees,
+        cases,
+        args.suite,
+        aa=args.aa,
+        case_filter=args.cases,
+        repeats=args.repeats,
+        captures=args.captures,
+        sweep_repeats=args.sweep_repeats,
+    )
+    return outputs.save_and_check(results, out, "triton bench")
 
 
 if __name__ == "__main__":

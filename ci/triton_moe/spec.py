@@ -36,13 +36,21 @@ class Rules:
     wna16_cuda_power_of_two: bool = False
 
 
-RULES = {"0.25.1": Rules(), "0.26.0": Rules(), "0.33.0": Rules(wna16_cuda_power_of_two=True),
-         "0.34.0": Rules(wna16_cuda_power_of_two=True)}  # fmt: skip
+RULES = {
+    "0.25.1": Rules(),
+    "0.26.0": Rules(),
+    "0.33.0": Rules(wna16_cuda_power_of_two=True),
+    "0.34.0": Rules(wna16_cuda_power_of_two=True),
+}
 SPEC_OF = tuple(RULES)  # the releases whose rules are written here
 # get_default_config of each release above, as :func:`code_fingerprint` reads it: a release not in RULES whose
 # default config is written as one of these follows that release's rules (the tuned tables are its own files)
-DEFAULT_CONFIG_CODE = {"0.25.1": "323a17d792c9899a", "0.26.0": "323a17d792c9899a", "0.33.0": "cc56ab9c515c01e5",
-                       "0.34.0": "cc56ab9c515c01e5"}  # fmt: skip
+DEFAULT_CONFIG_CODE = {
+    "0.25.1": "323a17d792c9899a",
+    "0.26.0": "323a17d792c9899a",
+    "0.33.0": "cc56ab9c515c01e5",
+    "0.34.0": "cc56ab9c515c01e5",
+}
 NON_EP = -1  # global_num_experts of a caller without expert parallelism
 BATCH_INVARIANT_CONFIG = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8, "SPLIT_K": 1}
 WNA16_CUDA_GROUP_SIZES = (32, 64, 128)
@@ -109,9 +117,20 @@ def wna16_uses_cuda(valid_tokens: int, group_size: int, experts: int, bit: int, 
     return cuda and bit == 4 and group_size in WNA16_CUDA_GROUP_SIZES and valid_tokens / experts <= 6
 
 
-def default_config(m: int, experts: int, n: int, k: int, topk: int, dtype: str | None,
-                   block_shape: Sequence[int] | None = None, *, batch_invariant: bool = False, rocm: bool = False,
-                   cuda: bool = True, rules: Rules = RULES["0.25.1"]) -> dict:  # fmt: skip
+def default_config(
+    m: int,
+    experts: int,
+    n: int,
+    k: int,
+    topk: int,
+    dtype: str | None,
+    block_shape: Sequence[int] | None = None,
+    *,
+    batch_invariant: bool = False,
+    rocm: bool = False,
+    cuda: bool = True,
+    rules: Rules = RULES["0.25.1"],
+) -> dict:
     """The config without a tuned table (``k`` is unused by 0.25.1's rules, kept as its signature has it)."""
     if batch_invariant:
         return dict(BATCH_INVARIANT_CONFIG)
@@ -122,8 +141,15 @@ def default_config(m: int, experts: int, n: int, k: int, topk: int, dtype: str |
             block_n, stages = 64, (4 if m <= 4 else 3)
         else:
             block_n, stages = block_shape[0], 3
-        return {"BLOCK_SIZE_M": 16 if m <= 64 else 64, "BLOCK_SIZE_N": block_n, "BLOCK_SIZE_K": block_shape[1],
-                "GROUP_SIZE_M": 1 if m <= 16 else 32, "SPLIT_K": 1, "num_warps": 4, "num_stages": stages}  # fmt: skip
+        return {
+            "BLOCK_SIZE_M": 16 if m <= 64 else 64,
+            "BLOCK_SIZE_N": block_n,
+            "BLOCK_SIZE_K": block_shape[1],
+            "GROUP_SIZE_M": 1 if m <= 16 else 32,
+            "SPLIT_K": 1,
+            "num_warps": 4,
+            "num_stages": stages,
+        }
     if dtype in ("int4_w4a16", "int8_w8a16") and block_shape is not None:
         bit = 4 if dtype == "int4_w4a16" else 8
         if wna16_uses_cuda(m * topk, block_shape[1], experts, bit, cuda=cuda and not rocm):
@@ -144,10 +170,21 @@ def default_config(m: int, experts: int, n: int, k: int, topk: int, dtype: str |
     }
 
 
-def expected_config(w1_shape: Sequence[int], w2_shape: Sequence[int], topk: int, dtype: str | None, m: int,
-                    block_shape: Sequence[int] | None = None, *, tables: Sequence[Mapping[int, dict] | None] = (),
-                    override: dict | None = None, batch_invariant: bool = False, rocm: bool = False,
-                    cuda: bool = True, rules: Rules = RULES["0.25.1"]) -> dict:  # fmt: skip
+def expected_config(
+    w1_shape: Sequence[int],
+    w2_shape: Sequence[int],
+    topk: int,
+    dtype: str | None,
+    m: int,
+    block_shape: Sequence[int] | None = None,
+    *,
+    tables: Sequence[Mapping[int, dict] | None] = (),
+    override: dict | None = None,
+    batch_invariant: bool = False,
+    rocm: bool = False,
+    cuda: bool = True,
+    rules: Rules = RULES["0.25.1"],
+) -> dict:
     """The config ``try_get_optimal_moe_config`` returns for ``m`` rows. ``tables``: the tuned tables found for
     this shape, in the order vLLM looks (the user's folder, then its own; None where no file is)."""
     if override:
@@ -157,8 +194,19 @@ def expected_config(w1_shape: Sequence[int], w2_shape: Sequence[int], topk: int,
         for table in tables:
             if table:
                 return nearest_entry(table, m)
-    return default_config(m, experts, n, w1_shape[2], topk, dtype, block_shape, batch_invariant=batch_invariant,
-                          rocm=rocm, cuda=cuda, rules=rules)  # fmt: skip
+    return default_config(
+        m,
+        experts,
+        n,
+        w1_shape[2],
+        topk,
+        dtype,
+        block_shape,
+        batch_invariant=batch_invariant,
+        rocm=rocm,
+        cuda=cuda,
+        rules=rules,
+    )
 
 
 def rows_one_rank_sees(m: int, local_experts: int, global_experts: int) -> int:

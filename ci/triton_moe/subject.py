@@ -10,9 +10,10 @@ from ci.core import stats
 from ci.core.errors import DataError, UsageError
 from ci.core.schema import BOOLEAN, POSITIVE, STRING, ListOf, MapOf, Opt
 from ci.core.subjects import Annotation, Subject, register
-from ci.runner import outputs
+from ci.host import outputs
 from ci.trees.provenance import side_identity
-from ci.triton_moe.bench import KIND, MIN_CAPTURES
+from ci.trees.variants import SUBJECT_TESTS
+from ci.triton_moe.bench import ENTRY, KIND, MIN_CAPTURES
 
 CONFIG, REGRET = "config", "regret vs best config timed"
 
@@ -40,9 +41,11 @@ def expected_cases(results) -> list[str]:
     from ci.triton_moe import suites
 
     if results.suite not in suites.SUITES:
-        raise DataError(f"suite {results.suite!r} is not one the Triton fused-MoE bench defines "
-                        f"({', '.join(sorted(suites.SUITES))}): these results were not written by this gate's "
-                        "bench; re-run it")  # fmt: skip
+        raise DataError(
+            f"suite {results.suite!r} is not one the Triton fused-MoE bench defines "
+            f"({', '.join(sorted(suites.SUITES))}): these results were not written by this gate's "
+            "bench; re-run it"
+        )
     try:
         return [c.id for c in suites.suite_cases(results.suite, results.settings.get("case_filter"))]
     except UsageError as exc:
@@ -54,8 +57,9 @@ def case_problems(case) -> list[str]:
     if correctness is None:
         return ["no correctness check recorded: the bench times a case only after both builds agree; re-run it"]
     if not isinstance(correctness, dict) or type(correctness.get("ok")) is not bool:
-        raise DataError(f"case {case.id}: extra.correctness should be an object with a boolean 'ok', found "
-                        f"{correctness!r}")  # fmt: skip
+        raise DataError(
+            f"case {case.id}: extra.correctness should be an object with a boolean 'ok', found {correctness!r}"
+        )
     return [] if correctness["ok"] else [f"the builds' outputs disagree ({correctness.get('error', 'no detail')})"]
 
 
@@ -79,12 +83,17 @@ def annotate(case, stored, side: str | None) -> Annotation:
             found = {k: v for k, v in found.items() if k in ("best_config", side)}
     notes = []
     if stored is not None and None not in picks.values() and picks["baseline"] != picks["this run"]:
-        notes.append(f"the {side} build chose {picks['baseline']} in the baseline and {picks['this run']} now: "
-                     "different kernels were timed")  # fmt: skip
+        notes.append(
+            f"the {side} build chose {picks['baseline']} in the baseline and {picks['this run']} now: "
+            "different kernels were timed"
+        )
     config_header, regret_header = columns("ab" if stored is None else "baseline")
     shown = " -> ".join("?" if v is None else v for v in picks.values())
-    return Annotation(cells={config_header: shown, regret_header: regret_text(found)},
-                      data={"config": picks, "regret": found}, notes=notes)  # fmt: skip
+    return Annotation(
+        cells={config_header: shown, regret_header: regret_text(found)},
+        data={"config": picks, "regret": found},
+        notes=notes,
+    )
 
 
 def regret_text(found: dict | None) -> str:
@@ -95,11 +104,26 @@ def regret_text(found: dict | None) -> str:
 
 
 # the fields of a case this subject's code reads (ci.core.schema: checked when a results file is read)
-SCHEMA = {"info": {"config_label": MapOf(Opt(STRING))},
-          "extra": {"configs_us": MapOf(ListOf(POSITIVE)), "correctness": {"ok": BOOLEAN}}}  # fmt: skip
+SCHEMA = {
+    "info": {"config_label": MapOf(Opt(STRING))},
+    "extra": {"configs_us": MapOf(ListOf(POSITIVE)), "correctness": {"ok": BOOLEAN}},
+}
 
-SUBJECT = register(Subject(kind=KIND, identity=side_identity, schema=SCHEMA,
-                           expected_cases=expected_cases, min_captures=lambda results: MIN_CAPTURES,
-                           case_problems=case_problems, columns=columns, annotate=annotate,
-                           baseline_prefix="triton-moe-", results_file=outputs.TRITON_RESULTS,
-                           writer=outputs.WRITERS[outputs.TRITON_RESULTS]))  # fmt: skip
+SUBJECT = register(
+    Subject(
+        kind=KIND,
+        identity=side_identity,
+        schema=SCHEMA,
+        expected_cases=expected_cases,
+        min_captures=lambda results: MIN_CAPTURES,
+        case_problems=case_problems,
+        columns=columns,
+        annotate=annotate,
+        baseline_prefix="triton-moe-",
+        results_file=outputs.TRITON_RESULTS,
+        writer=outputs.WRITERS[outputs.TRITON_RESULTS],
+        entry_module=ENTRY,
+        test_folder=SUBJECT_TESTS[ENTRY],
+        bench="ci.triton_moe.bench",
+    )
+)

@@ -1,6 +1,6 @@
 """The Triton fused-MoE bench's cases (standard library only): one EP rank's ``fused_experts_impl`` call.
 
-A case is a model's MoE shape (``ci.kernel.shapes``, full size), an EP size and a decode load (tokens per
+A case is a model's MoE shape (``ci.moe.shapes``, full size), an EP size and a decode load (tokens per
 rank). Rank 0 holds its ``E = G / ep`` local experts (vLLM's linear placement) and receives every rank's
 rows, ``tokens_per_rank * ep`` (DP pads each rank's rows to the largest; here all are full), routed over
 the ``G`` global experts: the ``M`` vLLM's config choice keys on. ``ep`` 1 is the non-EP caller
@@ -13,7 +13,7 @@ import fnmatch
 from dataclasses import dataclass
 
 from ci.core.errors import UsageError
-from ci.kernel.shapes import MODELS
+from ci.moe.shapes import MODELS
 from ci.triton_moe.spec import NON_EP
 
 SCHEMES = ("bf16",)  # the bench times bf16 weights and activations; FP8 W8A8 is checked by the GPU suite
@@ -21,7 +21,7 @@ SCHEMES = ("bf16",)  # the bench times bf16 weights and activations; FP8 W8A8 is
 SUITES = {
     "default": {"shapes": ("qwen3-30b-a3b", "deepseek-v3"), "ep": (1, 2, 8), "tokens": (8, 32, 64, 128)},
     "quick": {"shapes": ("qwen3-30b-a3b", "deepseek-v3"), "ep": (1, 8), "tokens": (32, 64)},
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,10 @@ def suite_cases(suite: str, pattern: str | None = None) -> list[TritonCase]:
         globs = [g.strip() for g in pattern.split(",") if g.strip()]
         cases = [c for c in cases if any(fnmatch.fnmatchcase(c.id, g) for g in globs)]
         if not cases:
-            raise UsageError(f"--cases {pattern!r} matches no case of the suite {suite!r}; ids look like "
-                             f"{TritonCase('deepseek-v3', 8, 64).id}")  # fmt: skip
+            raise UsageError(
+                f"--cases {pattern!r} matches no case of the suite {suite!r}; ids look like "
+                f"{TritonCase('deepseek-v3', 8, 64).id}"
+            )
     return cases
 
 
@@ -73,14 +75,23 @@ SWEEP_FIXED = {"BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "SPLIT_K": 1, "num_stages"
 
 
 def sweep_configs() -> list[dict]:
-    return [{"BLOCK_SIZE_M": m, "BLOCK_SIZE_N": n, **SWEEP_FIXED, "num_warps": w}
-            for m in SWEEP_BLOCK_M for n in SWEEP_BLOCK_N for w in SWEEP_WARPS]  # fmt: skip
+    return [
+        {"BLOCK_SIZE_M": m, "BLOCK_SIZE_N": n, **SWEEP_FIXED, "num_warps": w}
+        for m in SWEEP_BLOCK_M
+        for n in SWEEP_BLOCK_N
+        for w in SWEEP_WARPS
+    ]
 
 
 def config_label(config: dict) -> str:
     """``m16-n64-k128-w4-s4`` (``g`` GROUP_SIZE_M where not 1): a config as a key of the regret table."""
-    parts = [f"m{config.get('BLOCK_SIZE_M')}", f"n{config.get('BLOCK_SIZE_N')}", f"k{config.get('BLOCK_SIZE_K')}",
-             f"w{config.get('num_warps')}", f"s{config.get('num_stages')}"]  # fmt: skip
+    parts = [
+        f"m{config.get('BLOCK_SIZE_M')}",
+        f"n{config.get('BLOCK_SIZE_N')}",
+        f"k{config.get('BLOCK_SIZE_K')}",
+        f"w{config.get('num_warps')}",
+        f"s{config.get('num_stages')}",
+    ]
     if config.get("GROUP_SIZE_M", 1) != 1:
         parts.append(f"g{config['GROUP_SIZE_M']}")
     return "-".join(parts)

@@ -9,8 +9,10 @@ import itertools
 import torch
 
 from ci.kernel import moe_case as mc
-from ci.kernel import spec, weights
+from ci.kernel import weights
 from ci.kernel.formats import FORMAT_COMBOS, FORMATS_BY_NAME
+from ci.moe import spec
+from ci.moe.patching import swapped
 from tests.ep_marlin import cpu_harness as h
 
 CAPACITIES = (1, 2, 7, 8, 9, 14, 15, 16, 17, 28, 29, 32, 43, 44, 48, 57, 58, 64, 65, 128, 256, 1024)
@@ -28,8 +30,13 @@ class BatchedSpies:
         self.module, self.align, self.kernel = module, [], []
 
     def _align(self, *, max_tokens_per_batch, block_size, expert_num_tokens):
-        self.align.append({"max_tokens_per_batch": max_tokens_per_batch, "block_size": block_size,
-                           "expert_num_tokens": expert_num_tokens})  # fmt: skip
+        self.align.append(
+            {
+                "max_tokens_per_batch": max_tokens_per_batch,
+                "block_size": block_size,
+                "expert_num_tokens": expert_num_tokens,
+            }
+        )
         n = expert_num_tokens.numel() * max_tokens_per_batch
         return torch.arange(n, dtype=torch.int32), torch.zeros(1, dtype=torch.int32), torch.tensor([n])
 
@@ -38,7 +45,7 @@ class BatchedSpies:
         return kwargs["hidden_states"].clone()
 
     def __enter__(self):
-        self._swap = mc.swapped(self.module, batched_moe_align_block_size=self._align, _fused_marlin_moe=self._kernel)
+        self._swap = swapped(self.module, batched_moe_align_block_size=self._align, _fused_marlin_moe=self._kernel)
         self._swap.__enter__()
         return self
 
@@ -48,10 +55,24 @@ class BatchedSpies:
 
 def experts_of(args: dict) -> weights.Experts:
     """The weight arguments of ``cpu_harness.format_arguments`` as the ``Experts`` a batched caller holds."""
-    names = dict(w1="w1", w2="w2", s1="w1_scale", s2="w2_scale", zeros1="w1_zeros", zeros2="w2_zeros",
-                 g_idx1="g_idx1", g_idx2="g_idx2", sort1="sort_indices1", sort2="sort_indices2",
-                 global_scale1="global_scale1", global_scale2="global_scale2", bias1="bias1", bias2="bias2",
-                 input_global_scale1="input_global_scale1", input_global_scale2="input_global_scale2")  # fmt: skip
+    names = dict(
+        w1="w1",
+        w2="w2",
+        s1="w1_scale",
+        s2="w2_scale",
+        zeros1="w1_zeros",
+        zeros2="w2_zeros",
+        g_idx1="g_idx1",
+        g_idx2="g_idx2",
+        sort1="sort_indices1",
+        sort2="sort_indices2",
+        global_scale1="global_scale1",
+        global_scale2="global_scale2",
+        bias1="bias1",
+        bias2="bias2",
+        input_global_scale1="input_global_scale1",
+        input_global_scale2="input_global_scale2",
+    )
     fields = {k: args.get(v) for k, v in names.items()}
     return weights.Experts(scheme=None, quant_type_id=args["quant_type_id"], **fields)
 
@@ -68,8 +89,12 @@ def observe(module, call: dict) -> dict:
     args = h.format_arguments(fmt, e, dtype, gen)
     with BatchedSpies(module) as spies:
         if call["via"] == "direct":
-            out = module.batched_fused_marlin_moe(hidden_states=hidden, expert_num_tokens=counts, **args,
-                                                  **mc.format_kwargs(fmt, module.batched_fused_marlin_moe))  # fmt: skip
+            out = module.batched_fused_marlin_moe(
+                hidden_states=hidden,
+                expert_num_tokens=counts,
+                **args,
+                **mc.format_kwargs(fmt, module.batched_fused_marlin_moe),
+            )
         else:
             g = e * call["dispatchers"]
             topk_ids = torch.randint(0, g, (call["tokens"], call["topk"]), generator=gen, dtype=torch.int32)
@@ -97,16 +122,33 @@ def where(call: dict) -> str:
 def _rotated(rows: list[tuple]) -> list[tuple]:
     """Each row tried with h.FORMATS_PER_M (format, dtype) pairs, taken in turn from ci.kernel.formats."""
     n = len(FORMAT_COMBOS)
-    return [(*row, *FORMAT_COMBOS[(h.FORMATS_PER_M * i + j) % n]) for i, row in enumerate(rows)
-            for j in range(h.FORMATS_PER_M)]  # fmt: skip
+    return [
+        (*row, *FORMAT_COMBOS[(h.FORMATS_PER_M * i + j) % n])
+        for i, row in enumerate(rows)
+        for j in range(h.FORMATS_PER_M)
+    ]
 
 
-DIRECT = [dict(via="direct", experts=e, capacity=c, load=load, format=f.name, activation=act)
-          for e, c, load, f, act in _rotated(list(itertools.product(LOCAL_EXPERTS, CAPACITIES, LOADS)))]  # fmt: skip
-APPLY = [dict(via="apply", experts=e, capacity=c, load="sparse", format=f.name, activation=act, tokens=t, topk=k,
-              dispatchers=d)
-         for e, c, t, k, d, f, act in _rotated(list(itertools.product(LOCAL_EXPERTS, APPLY_CAPACITIES, APPLY_TOKENS,
-                                                                      APPLY_TOPK, DISPATCHERS)))]  # fmt: skip
+DIRECT = [
+    dict(via="direct", experts=e, capacity=c, load=load, format=f.name, activation=act)
+    for e, c, load, f, act in _rotated(list(itertools.product(LOCAL_EXPERTS, CAPACITIES, LOADS)))
+]
+APPLY = [
+    dict(
+        via="apply",
+        experts=e,
+        capacity=c,
+        load="sparse",
+        format=f.name,
+        activation=act,
+        tokens=t,
+        topk=k,
+        dispatchers=d,
+    )
+    for e, c, t, k, d, f, act in _rotated(
+        list(itertools.product(LOCAL_EXPERTS, APPLY_CAPACITIES, APPLY_TOKENS, APPLY_TOPK, DISPATCHERS))
+    )
+]
 CALLS = DIRECT + APPLY
 
 
@@ -115,8 +157,10 @@ def calls_for(combos) -> list[dict]:
     served = {(f.name, act) for f, act in combos}
     calls = [c for c in CALLS if (c["format"], c["activation"]) in served]
     # a test over no call checks nothing: it must fail, never pass (issue 40: 0.34.0's batched tests passed so)
-    assert calls, (f"no batched case to run: the release serves none of the batched grid's (format, dtype) pairs "
-                   f"(it serves {sorted(served) or 'none'}); nothing would be checked")  # fmt: skip
+    assert calls, (
+        f"no batched case to run: the release serves none of the batched grid's (format, dtype) pairs "
+        f"(it serves {sorted(served) or 'none'}); nothing would be checked"
+    )
     return calls
 
 
@@ -127,20 +171,28 @@ def itemsize(call: dict) -> int | None:
 def invariant_violations(obs: dict, call: dict) -> list[str]:
     errors, bm = [], obs["kernel_block_size"]
     if bm not in spec.BLOCK_SIZES_M or obs["align_block_size"] != bm:
-        errors.append(f"{where(call)}: block size {obs['align_block_size']}/{bm} (aligner/kernel), not one tile "
-                      f"of {spec.BLOCK_SIZES_M}")  # fmt: skip
+        errors.append(
+            f"{where(call)}: block size {obs['align_block_size']}/{bm} (aligner/kernel), not one tile "
+            f"of {spec.BLOCK_SIZES_M}"
+        )
     if itemsize(call) == 1 and bm < spec.MIN_BLOCK_SIZE_M_1_BYTE_INPUT:
         errors.append(f"{where(call)}: block size {bm} for a 1-byte input (at least 16)")
     if not obs["aligner_inputs_ok"] or not obs["output_ok"]:
-        errors.append(f"{where(call)}: the aligner did not get the capacity and the caller's token counts, "
-                      "or the output is not the kernel's, reshaped")  # fmt: skip
+        errors.append(
+            f"{where(call)}: the aligner did not get the capacity and the caller's token counts, "
+            "or the output is not the kernel's, reshaped"
+        )
     return errors
 
 
 def contract_rule(contract, call: dict, env: dict) -> int:
     apply = call["via"] == "apply"
     return contract.batched_block_size_m(
-        capacity=call["capacity"], assignments=call["tokens"] * call["topk"] if apply else None,
-        num_dispatchers=call.get("dispatchers", 1), global_experts=call["experts"] * call.get("dispatchers", 1),
-        local_experts=call["experts"], input_itemsize=itemsize(call), env=env,
-    )  # fmt: skip
+        capacity=call["capacity"],
+        assignments=call["tokens"] * call["topk"] if apply else None,
+        num_dispatchers=call.get("dispatchers", 1),
+        global_experts=call["experts"] * call.get("dispatchers", 1),
+        local_experts=call["experts"],
+        input_itemsize=itemsize(call),
+        env=env,
+    )

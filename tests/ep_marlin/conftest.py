@@ -15,8 +15,10 @@ def variants(trees):
     from ci.trees.variants import ENTRY_MODULE, entry_module, load_variants
 
     if entry_module(trees) != ENTRY_MODULE:
-        pytest.skip(f"the change under test enters vLLM through {entry_module(trees)}, not the Marlin MoE path "
-                    "(its own subject's tests check it)")  # fmt: skip
+        pytest.skip(
+            f"the change under test enters vLLM through {entry_module(trees)}, not the Marlin MoE path "
+            "(its own subject's tests check it)"
+        )
     return load_variants(trees)
 
 

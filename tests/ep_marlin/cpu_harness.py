@@ -4,7 +4,7 @@
 plus ``ops.moe_sum`` in releases that call it) are swapped for recorders in the module under
 test; everything else is vLLM's own Python: argument checks, the block-size choice, the
 expert-count handling and the final reduction. The checks compare what the spies saw with
-the specification in :mod:`ci.kernel.spec`.
+the specification in :mod:`ci.moe.spec`.
 """
 
 from __future__ import annotations
@@ -18,12 +18,51 @@ from typing import Any
 import torch
 
 from ci.kernel import moe_case as mc
-from ci.kernel import spec, weights
+from ci.kernel import weights
 from ci.kernel.formats import FORMAT_COMBOS, FORMATS, Format
+from ci.moe import spec
+from ci.moe.patching import swapped
 
 # The grid (module constants, as in vLLM's tests/kernels/moe/test_moe.py).
-M_VALUES = (1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 511, 513,
-            1000, 1023, 1024, 1025, 2047, 2048, 3001, 4095, 4096, 5000, 6143, 8191, 8192)  # fmt: skip
+M_VALUES = (
+    1,
+    2,
+    3,
+    5,
+    7,
+    8,
+    9,
+    15,
+    16,
+    17,
+    31,
+    33,
+    63,
+    64,
+    65,
+    100,
+    127,
+    128,
+    129,
+    255,
+    256,
+    257,
+    511,
+    513,
+    1000,
+    1023,
+    1024,
+    1025,
+    2047,
+    2048,
+    3001,
+    4095,
+    4096,
+    5000,
+    6143,
+    8191,
+    8192,
+)
 LOCAL_EXPERTS = (1, 5, 8, 32, 128)
 # None: a non-EP caller (global_num_experts == -1); 1: the non-EP call as vLLM makes it (global_num_experts == E,
 # no expert map: the modular kernel turns -1 into the local expert count before the Marlin experts run, so a
@@ -58,8 +97,10 @@ class Case:
         return self.fmt.input_itemsize
 
     def __str__(self) -> str:
-        return (f"M={self.m} topk={self.topk} E={self.local_experts} G={self.global_experts} "
-                f"format={self.fmt.name} {self.activation}")  # fmt: skip
+        return (
+            f"M={self.m} topk={self.topk} E={self.local_experts} G={self.global_experts} "
+            f"format={self.fmt.name} {self.activation}"
+        )
 
 
 def is_non_ep(ep: int | None) -> bool:
@@ -141,24 +182,30 @@ def format_arguments(fmt: Format, e: int, dtype: torch.dtype, gen: torch.Generat
         w2=torch.randint(0, 2**31 - 1, (e, 1, HIDDEN * q.bits // 2), generator=gen, dtype=torch.int32),
         w1_scale=torch.rand(e, 1, 2, generator=gen).to(dtype).to(scale_dtype),
         w2_scale=torch.rand(e, 1, HIDDEN, generator=gen).to(dtype).to(scale_dtype),
-        bias1=None, bias2=None, quant_type_id=scalar_type_id(q.quant_type),
-    )  # fmt: skip
+        bias1=None,
+        bias2=None,
+        quant_type_id=scalar_type_id(q.quant_type),
+    )
     if q.has_zero_points:
-        args.update(w1_zeros=torch.randint(0, 15, (e, 1, 2), generator=gen, dtype=torch.int32),
-                    w2_zeros=torch.randint(0, 15, (e, 1, 2), generator=gen, dtype=torch.int32))  # fmt: skip
+        args.update(
+            w1_zeros=torch.randint(0, 15, (e, 1, 2), generator=gen, dtype=torch.int32),
+            w2_zeros=torch.randint(0, 15, (e, 1, 2), generator=gen, dtype=torch.int32),
+        )
     if q.act_order:
-        args.update(g_idx1=torch.randperm(HIDDEN, generator=gen).int().repeat(e, 1),
-                    g_idx2=torch.randperm(1, generator=gen).int().repeat(e, 1),
-                    sort_indices1=torch.randperm(HIDDEN, generator=gen).int().repeat(e, 1),
-                    sort_indices2=torch.zeros(e, 1, dtype=torch.int32))  # fmt: skip
+        args.update(
+            g_idx1=torch.randperm(HIDDEN, generator=gen).int().repeat(e, 1),
+            g_idx2=torch.randperm(1, generator=gen).int().repeat(e, 1),
+            sort_indices1=torch.randperm(HIDDEN, generator=gen).int().repeat(e, 1),
+            sort_indices2=torch.zeros(e, 1, dtype=torch.int32),
+        )
     if q.has_global_scale:
         args.update(global_scale1=torch.rand(e, generator=gen), global_scale2=torch.rand(e, generator=gen))
     if fmt.input_dtype == "int8":
-        args.update(input_global_scale1=torch.rand(1, generator=gen),
-                    input_global_scale2=torch.rand(1, generator=gen))  # fmt: skip
+        args.update(input_global_scale1=torch.rand(1, generator=gen), input_global_scale2=torch.rand(1, generator=gen))
     if fmt.bias:
-        args.update(bias1=torch.randn(e, 2, generator=gen).to(dtype),
-                    bias2=torch.randn(e, HIDDEN, generator=gen).to(dtype))  # fmt: skip
+        args.update(
+            bias1=torch.randn(e, 2, generator=gen).to(dtype), bias2=torch.randn(e, HIDDEN, generator=gen).to(dtype)
+        )
     return args  # the activation's arguments are the release's names: mc.format_kwargs at the call
 
 
@@ -241,9 +288,10 @@ class KernelSpies:
 
     def __enter__(self) -> KernelSpies:
         self._stack = contextlib.ExitStack()
-        self._stack.enter_context(mc.swapped(self.module, moe_align_block_size=self._align,
-                                             _fused_marlin_moe=self._kernel))  # fmt: skip
-        self._stack.enter_context(mc.swapped(self.module.ops, moe_sum=self._moe_sum))
+        self._stack.enter_context(
+            swapped(self.module, moe_align_block_size=self._align, _fused_marlin_moe=self._kernel)
+        )
+        self._stack.enter_context(swapped(self.module.ops, moe_sum=self._moe_sum))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -281,8 +329,12 @@ def observe(module: ModuleType, case: Case, inputs: Inputs) -> Observation:
 
 def base_rules(manifest) -> dict[str, bool]:
     """The rules the base tree of ``manifest`` may follow (``spec.base_rules``)."""
-    return spec.base_rules(manifest.vllm_version, reverse=manifest.reverse, patch_path=manifest.patch_path,
-                           overlaid=manifest.refs is not None or bool(manifest.overlaid_files))  # fmt: skip
+    return spec.base_rules(
+        manifest.vllm_version,
+        reverse=manifest.reverse,
+        patch_path=manifest.patch_path,
+        overlaid=manifest.refs is not None or bool(manifest.overlaid_files),
+    )
 
 
 def block_size_mismatches(obs: Observation, case: Case, *, patched: bool) -> list[str]:
@@ -310,8 +362,9 @@ def invariant_violations(obs: Observation, case: Case) -> list[str]:
     if obs.kernel_block_size not in spec.BLOCK_SIZES_M:
         errors.append(f"{case}: block_size_m {obs.kernel_block_size} is not one the kernel has {spec.BLOCK_SIZES_M}")
     if obs.align_block_size != obs.kernel_block_size:
-        errors.append(f"{case}: moe_align_block_size got block_size {obs.align_block_size}, "
-                      f"the kernel {obs.kernel_block_size}")  # fmt: skip
+        errors.append(
+            f"{case}: moe_align_block_size got block_size {obs.align_block_size}, the kernel {obs.kernel_block_size}"
+        )
     if case.input_itemsize == 1 and obs.kernel_block_size < spec.MIN_BLOCK_SIZE_M_1_BYTE_INPUT:
         errors.append(f"{case}: block_size_m {obs.kernel_block_size} for a 1-byte input (at least 16)")
     return errors + align_mismatches(obs, case)
@@ -353,6 +406,11 @@ def kernel_arg_differences(base: Observation, cand: Observation, case: Case) -> 
 
 
 def rule_value(contract, case: Case, env: dict) -> int:
-    return contract.fused_block_size_m(m=case.m, topk=case.topk, local_experts=case.local_experts,
-                                       global_experts=case.global_experts, input_itemsize=case.input_itemsize,
-                                       env=env)  # fmt: skip
+    return contract.fused_block_size_m(
+        m=case.m,
+        topk=case.topk,
+        local_experts=case.local_experts,
+        global_experts=case.global_experts,
+        input_itemsize=case.input_itemsize,
+        env=env,
+    )

@@ -6,7 +6,7 @@
   rank's ``topk_ids`` and the number of dispatchers (``ci.kernel.moe_case.call_batched``).
 
 The tokens arrive grouped per expert, ``[E, capacity, K]``. The base must pick the release's tile, from the
-capacity (``ci.kernel.spec.batched_block_size_m``). The candidate must keep the universal invariants (a tile the
+capacity (``ci.moe.spec.batched_block_size_m``). The candidate must keep the universal invariants (a tile the
 kernel has, the same for aligner and kernel, at least 16 for 1-byte inputs, the aligner gets the capacity
 and the caller's per-expert counts untouched, the output is the kernel's), follow its contract's batched
 rule where it has one, and hand the kernels the base's arguments when the change does not declare this path.
@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import pytest
 
-from ci.kernel import spec
+from ci.moe import spec
 from ci.trees import contracts
 from tests.ep_marlin import batched_harness as bh
 from tests.shared import COUNT_PROPERTY
 
 
 def test_base_follows_the_release_rule(variants, combos, record_property):
-    """Both callers: the base's tile comes from the capacity (ci.kernel.spec.batched_block_size_m)."""
+    """Both callers: the base's tile comes from the capacity (ci.moe.spec.batched_block_size_m)."""
     errors = []
     for call in bh.calls_for(combos):
         obs = bh.observe(variants[0].marlin_moe, call)
@@ -35,8 +35,9 @@ def test_base_follows_the_release_rule(variants, combos, record_property):
     assert not errors, f"{len(errors)} of {len(bh.calls_for(combos))} batched cases differ:\n" + "\n".join(errors[:20])
 
 
-def test_candidate_keeps_the_invariants_and_its_contract(setting, setting_env, contract, variants, combos,
-                                                         record_property):  # fmt: skip
+def test_candidate_keeps_the_invariants_and_its_contract(
+    setting, setting_env, contract, variants, combos, record_property
+):
     rule = contract.batched_block_size_m if contract else None
     errors = []
     for call in bh.calls_for(combos):
@@ -48,7 +49,8 @@ def test_candidate_keeps_the_invariants_and_its_contract(setting, setting_env, c
     record_property(COUNT_PROPERTY, {label: len(bh.calls_for(combos))})
     n = len(bh.calls_for(combos))
     assert not errors, f"{len(errors)} of {n} batched cases break the invariants or the contract:\n" + "\n".join(
-        errors[:20])  # fmt: skip
+        errors[:20]
+    )
 
 
 def test_batched_arguments_are_the_base_unless_declared(default_setting, contract, variants, combos):
@@ -65,7 +67,19 @@ def test_batched_arguments_are_the_base_unless_declared(default_setting, contrac
 
 def test_the_batched_rule_in_the_spec():
     assert [spec.batched_block_size_m(c) for c in (1, 7, 8, 14, 15, 28, 29, 43, 44, 57, 58, 1024)] == [
-        8, 8, 16, 16, 32, 32, 48, 48, 64, 64, 64, 64]  # fmt: skip
+        8,
+        8,
+        16,
+        16,
+        32,
+        32,
+        48,
+        48,
+        64,
+        64,
+        64,
+        64,
+    ]
     assert spec.batched_block_size_m(1, input_itemsize=1) == 16
     assert len(bh.DIRECT) == 594 and len(bh.APPLY) == 972
 

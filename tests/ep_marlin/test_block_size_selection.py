@@ -2,7 +2,7 @@
 
 Checks, over a grid of M, local experts, EP sizes, top-k and input dtypes:
 
-* the base picks exactly the release's block size (``ci.kernel.spec``: the oracle, written from the rule's words);
+* the base picks exactly the release's block size (``ci.moe.spec``: the oracle, written from the rule's words);
 * the candidate keeps the universal invariants, in every setting its contract names: a block size the
   kernel has, the same one for aligner and kernel, at least 16 for 1-byte inputs, and
   ``moe_align_block_size`` gets the global expert count and the caller's ``expert_map``;
@@ -20,8 +20,8 @@ import types
 
 import pytest
 
-from ci.kernel import spec
 from ci.kernel.formats import FORMATS_BY_NAME
+from ci.moe import spec
 from ci.trees import contracts
 from tests.ep_marlin import cpu_harness as h
 from tests.shared import COUNT_PROPERTY, NOT_IN_RELEASE_PROPERTY, contract_of
@@ -43,7 +43,7 @@ def _observations(module, e, ep, topk, combos, expert_map_fn):
 
 @pytest.mark.parametrize(("e", "ep", "topk"), GRID)
 def test_base_follows_the_release_rule(e, ep, topk, trees, variants, combos, expert_map_fn, record_property):
-    """The base tree picks the release's block size (the oracle in ci.kernel.spec: 0.25.1's rule, or #48144's
+    """The base tree picks the release's block size (the oracle in ci.moe.spec: 0.25.1's rule, or #48144's
     from 0.26.0 on; either, consistently, for a checkout's code) and feeds the aligner right."""
     rules = h.base_rules(trees.manifest)
     errors: dict[str, list[str]] = {name: [] for name in rules}
@@ -54,8 +54,10 @@ def test_base_follows_the_release_rule(e, ep, topk, trees, variants, combos, exp
         n += 1
     record_property(COUNT_PROPERTY, {"base": n})
     name = min(errors, key=lambda k: len(errors[k]))
-    assert not errors[name], (f"{len(errors[name])} of {n} cases differ from the spec ({name} rule, vLLM "
-                              f"{trees.manifest.vllm_version}):\n" + "\n".join(errors[name][:20]))  # fmt: skip
+    assert not errors[name], (
+        f"{len(errors[name])} of {n} cases differ from the spec ({name} rule, vLLM "
+        f"{trees.manifest.vllm_version}):\n" + "\n".join(errors[name][:20])
+    )
 
 
 @pytest.mark.parametrize(("e", "ep", "topk"), GRID)
@@ -93,8 +95,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     contract = contract_of(metafunc.config)
     points = [p for p in GRID if not contracts.may_change(contract, "non_ep" if h.is_non_ep(p.values[1]) else "ep")]
-    everything = pytest.param(None, None, None, id="none", marks=pytest.mark.skip(reason="the change declares "
-                              "both fused paths (non-EP and EP) changed"))  # fmt: skip
+    everything = pytest.param(
+        None,
+        None,
+        None,
+        id="none",
+        marks=pytest.mark.skip(reason="the change declares both fused paths (non-EP and EP) changed"),
+    )
     metafunc.parametrize(("e", "ep", "topk"), points or [everything])
 
 
@@ -148,8 +155,9 @@ def batch_invariant_violations(base, cand, cases, expert_map_fn) -> tuple[bool, 
         pinned &= h.observe(base, case, inputs).kernel_block_size == BATCH_INVARIANT_TILE
         got = h.observe(cand, case, inputs).kernel_block_size
         if got != BATCH_INVARIANT_TILE:
-            errors.append(f"{case}: block_size_m {got} under {BATCH_INVARIANT}=1, the release pins "
-                          f"{BATCH_INVARIANT_TILE}")  # fmt: skip
+            errors.append(
+                f"{case}: block_size_m {got} under {BATCH_INVARIANT}=1, the release pins {BATCH_INVARIANT_TILE}"
+            )
     return pinned, errors
 
 
@@ -189,6 +197,14 @@ def test_the_batch_invariant_check_sees_a_candidate_that_drops_the_pin(variants,
     monkeypatch.setenv(BATCH_INVARIANT, "1")
     cases = h.cases_for(8, 4, 8, combos)
     held, errors = batch_invariant_violations(pinned, base, cases, expert_map_fn)
-    assert held and len(errors) == sum(1 for c in cases if h.observe(base, c, h.make_inputs(c, expert_map_fn))
-                                       .kernel_block_size != BATCH_INVARIANT_TILE) > 0  # fmt: skip
+    assert (
+        held
+        and len(errors)
+        == sum(
+            1
+            for c in cases
+            if h.observe(base, c, h.make_inputs(c, expert_map_fn)).kernel_block_size != BATCH_INVARIANT_TILE
+        )
+        > 0
+    )
     assert batch_invariant_violations(pinned, pinned, cases, expert_map_fn) == (True, [])

@@ -40,10 +40,13 @@ def _build(release, name: str, tmp_path_factory):
     return build_trees(BuildOptions(patch=CRAFTED / f"{name}.patch", contract="none", out=out), release=release)
 
 
-@pytest.mark.parametrize(("name", "says"), [
-    ("entry-hijack", "fused_moe/fused_moe.py is imported only through unchanged modules"),
-    ("type-checking-only-module", "eep_reconfigure.py is imported only inside `if TYPE_CHECKING:` blocks"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("entry-hijack", "fused_moe/fused_moe.py is imported only through unchanged modules"),
+        ("type-checking-only-module", "eep_reconfigure.py is imported only inside `if TYPE_CHECKING:` blocks"),
+    ],
+)
 def test_a_type_checking_import_neither_hijacks_the_entry_nor_hides_a_module(name, says, release, tmp_path_factory):
     with pytest.raises(PatchError) as err:
         _build(release, name, tmp_path_factory)
@@ -51,8 +54,19 @@ def test_a_type_checking_import_neither_hijacks_the_entry_nor_hides_a_module(nam
 
 
 def _cpu_tier(trees, *select: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pytest", "--gate-manifest", str(trees.manifest_path), "-p", "no:cacheprovider",
-           "-q", "tests/ep_marlin/test_block_size_selection.py", "-k", " or ".join(select)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--gate-manifest",
+        str(trees.manifest_path),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "tests/ep_marlin/test_block_size_selection.py",
+        "-k",
+        " or ".join(select),
+    ]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
 
 
@@ -96,7 +110,7 @@ def test_the_tile_a_report_states_is_the_one_the_build_picks(trees, variants, tm
     over-pick patch picks 16 at G == E where the base and the spec pick 8."""
     if trees.manifest.vllm_version != WRITTEN_FOR or not trees.manifest.base_is_release:
         pytest.skip(f"the crafted patch is written against vLLM {WRITTEN_FOR} as released (forward, no overlay)")
-    from ci.kernel import spec
+    from ci.moe import spec
     from ci.trees.variants import load_candidate
 
     release = Release(version=trees.manifest.vllm_version, root=trees.base, source="base tree")
@@ -107,5 +121,12 @@ def test_the_tile_a_report_states_is_the_one_the_build_picks(trees, variants, tm
     assert picked_block_size(over, **call) == 16
     assert picked_block_size(over, **{**call, "global_num_experts": -1}) == 8
     assert picked_block_size(variants[1].marlin_moe, **{**call, "global_num_experts": 256}, with_expert_map=True) == (
-        spec.expected_block_size_m(m=16, topk=8, local_experts=128, global_experts=256, input_itemsize=2,
-                                   patched=trees.manifest.contract is not None))  # fmt: skip
+        spec.expected_block_size_m(
+            m=16,
+            topk=8,
+            local_experts=128,
+            global_experts=256,
+            input_itemsize=2,
+            patched=trees.manifest.contract is not None,
+        )
+    )

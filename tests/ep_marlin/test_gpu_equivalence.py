@@ -24,9 +24,10 @@ import torch
 from ci.kernel import moe_case as mc
 from ci.kernel import weights
 from ci.kernel.formats import FORMATS_BY_NAME, GPT_OSS_ALPHA, GPT_OSS_BETA, GPT_OSS_CLAMP, QUANT_SCHEMES, Format
-from ci.kernel.shapes import Shape, scaled
-from ci.kernel.spec import BLOCK_SIZES_M, MIN_BLOCK_SIZE_M_1_BYTE_INPUT, NON_EP
-from tests.ep_marlin.reference import max_abs, reference_moe, rel_l2
+from ci.moe.routing import Routing, dp_padded_routing, rank_view, route
+from ci.moe.shapes import Shape, scaled
+from ci.moe.spec import BLOCK_SIZES_M, MIN_BLOCK_SIZE_M_1_BYTE_INPUT, NON_EP
+from tests.reference import max_abs, reference_moe, rel_l2
 from tests.shared import SEED
 
 pytestmark = pytest.mark.gpu
@@ -75,7 +76,7 @@ def experts_for(shape_name: str, scheme_name: str, dtype_name: str) -> weights.E
     return weights.quantized_experts(SHAPES[shape_name], SCHEMES[scheme_name], DTYPES[dtype_name], seed=SEED)
 
 
-def _ref(experts: weights.Experts, routing: mc.Routing, expert_map=None) -> torch.Tensor:
+def _ref(experts: weights.Experts, routing: Routing, expert_map=None) -> torch.Tensor:
     return reference_moe(
         routing.hidden, experts.w1_ref, experts.w2_ref, routing.topk_weights, routing.topk_ids, expert_map
     )
@@ -84,7 +85,7 @@ def _ref(experts: weights.Experts, routing: mc.Routing, expert_map=None) -> torc
 def _ep_sum(
     module,
     experts: weights.Experts,
-    routing: mc.Routing,
+    routing: Routing,
     shape: Shape,
     ep: int,
     placement: str,
@@ -92,11 +93,15 @@ def _ep_sum(
 ):
     total = torch.zeros(routing.hidden.shape, dtype=torch.float32, device="cuda")
     for rank in range(ep):
-        view = mc.rank_view(shape.experts, ep, rank, strategy=placement)
+        view = rank_view(shape.experts, ep, rank, strategy=placement)
         out = mc.call_moe(
-            module, experts.select(view.local_ids), routing, global_num_experts=shape.experts,
-            expert_map=view.expert_map, **(extra or {}),
-        )  # fmt: skip
+            module,
+            experts.select(view.local_ids),
+            routing,
+            global_num_experts=shape.experts,
+            expert_map=view.expert_map,
+            **(extra or {}),
+        )
         total += out.float()
     return total
 
@@ -115,7 +120,7 @@ def test_matches_float32_reference(shape_name, scheme_name, dtype_name, variants
     """Non-EP output of both trees (global_num_experts == -1, and == E) vs the float32 reference."""
     shape, dtype = SHAPES[shape_name], DTYPES[dtype_name]
     experts = experts_for(shape_name, scheme_name, dtype_name)
-    routing = mc.route(67, shape, dtype, seed=SEED)
+    routing = route(67, shape, dtype, seed=SEED)
     expected = _ref(experts, routing)
     for v in variants:
         for call, g in NON_EP_CALLS.items():
@@ -132,7 +137,7 @@ def test_ep_sum_equals_non_ep(shape_name, ep, placement, tokens, side, variants,
     shape, dtype = SHAPES[shape_name], torch.bfloat16
     module = dict(zip(("base", "candidate"), variants, strict=True))[side].marlin_moe
     experts = experts_for(shape_name, "gptq-int4-g128", "bf16")
-    routing = mc.dp_padded_routing(tokens, shape, dtype, seed=SEED + ep)
+    routing = dp_padded_routing(tokens, shape, dtype, seed=SEED + ep)
     non_ep = mc.call_moe(module, experts, routing, global_num_experts=NON_EP, expert_map=None).float()
     ep_sum = _ep_sum(module, experts, routing, shape, ep, placement)
     err = rel_l2(ep_sum, non_ep)
@@ -143,7 +148,7 @@ def test_ep_sum_equals_non_ep(shape_name, ep, placement, tokens, side, variants,
     assert ref_err < REFERENCE_BOUND[dtype]
     assert torch.all(ep_sum[~routing.valid] == 0), "zero padding rows must give zero output"
     # Padding does not change the valid rows: the same tokens without padding give the same output.
-    unpadded = mc.Routing(
+    unpadded = Routing(
         hidden=routing.hidden[routing.valid].contiguous(),
         topk_weights=routing.topk_weights[routing.valid],
         topk_ids=routing.topk_ids[routing.valid],
@@ -164,7 +169,7 @@ def test_candidate_matches_base(shape_name, ep, placement, tokens, variants, con
     shape, dtype = SHAPES[shape_name], torch.bfloat16
     base, cand = (v.marlin_moe for v in variants)
     experts = experts_for(shape_name, "gptq-int4-g128", "bf16")
-    routing = mc.dp_padded_routing(tokens, shape, dtype, seed=SEED + 7)
+    routing = dp_padded_routing(tokens, shape, dtype, seed=SEED + 7)
     for call, g in NON_EP_CALLS.items():
         a = mc.call_moe(base, experts, routing, global_num_experts=g(shape), expert_map=None)
         b = mc.call_moe(cand, experts, routing, global_num_experts=g(shape), expert_map=None)
@@ -174,7 +179,7 @@ def test_candidate_matches_base(shape_name, ep, placement, tokens, variants, con
         else:
             assert torch.equal(a, b), f"the non-EP call {call} changed the output: max abs diff {max_abs(a, b):.3e}"
     for rank in range(ep if ep > 1 else 0):
-        view = mc.rank_view(shape.experts, ep, rank, strategy=placement)
+        view = rank_view(shape.experts, ep, rank, strategy=placement)
         local = experts.select(view.local_ids)
         kw = dict(global_num_experts=shape.experts, expert_map=view.expert_map)
         a, b = mc.call_moe(base, local, routing, **kw), mc.call_moe(cand, local, routing, **kw)
@@ -199,8 +204,8 @@ def test_every_block_size_is_equivalent(shape_name, ep, rows, scheme_name, dtype
     shape, dtype = SHAPES[shape_name], DTYPES[dtype_name]
     module = variants[1].marlin_moe
     experts = experts_for(shape_name, scheme_name, dtype_name)
-    routing = mc.route(rows, shape, dtype, seed=SEED + rows)
-    view = mc.rank_view(shape.experts, ep, 0)
+    routing = route(rows, shape, dtype, seed=SEED + rows)
+    view = rank_view(shape.experts, ep, 0)
     local = experts.select(view.local_ids)
     g = NON_EP if ep == 1 else shape.experts
     outs = {}
@@ -217,16 +222,17 @@ def test_every_block_size_is_equivalent(shape_name, ep, rows, scheme_name, dtype
         assert spread < CONSISTENCY_BOUND[dtype], f"block_size_m={bm} differs from 8: rel L2 {spread:.2e}"
 
 
-def poisoned_buffers(routing: mc.Routing, shape: Shape, dtype: torch.dtype) -> dict:
+def poisoned_buffers(routing: Routing, shape: Shape, dtype: torch.dtype) -> dict:
     """The output and scratch buffers of a fused_marlin_moe call, sized as it sizes them, all NaN."""
     rows = routing.hidden.shape[0]
     nan = float("nan")
     return dict(
         output=torch.full_like(routing.hidden, nan),
-        intermediate_cache13=torch.full((rows * shape.topk * max(2 * shape.intermediate, shape.hidden),), nan,
-                                        dtype=dtype, device="cuda"),
+        intermediate_cache13=torch.full(
+            (rows * shape.topk * max(2 * shape.intermediate, shape.hidden),), nan, dtype=dtype, device="cuda"
+        ),
         intermediate_cache2=torch.full((rows * shape.topk, shape.intermediate), nan, dtype=dtype, device="cuda"),
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize("rows", [1, 37, 4096])
@@ -235,8 +241,8 @@ def test_poisoned_buffers_are_overwritten(rows, ep, variants, metric):
     """Outputs and scratch buffers start as NaN; every element must be written, none left NaN/Inf."""
     shape, dtype = SHAPES["qwen3-30b-a3b-like"], torch.bfloat16
     experts = experts_for(shape.name, "gptq-int4-g128", "bf16")
-    routing = mc.route(rows, shape, dtype, seed=SEED + rows)
-    view = mc.rank_view(shape.experts, ep, 1 if ep > 1 else 0)
+    routing = route(rows, shape, dtype, seed=SEED + rows)
+    view = rank_view(shape.experts, ep, 1 if ep > 1 else 0)
     local = experts.select(view.local_ids)
     g = NON_EP if ep == 1 else shape.experts
     for v in variants:
@@ -253,16 +259,19 @@ def test_tokens_routed_only_to_other_ranks_give_zero(variants):
     """A rank none of whose experts is chosen must return exact zeros, not garbage."""
     shape, dtype, ep = SHAPES["qwen3-30b-a3b-like"], torch.bfloat16, 4
     experts = experts_for(shape.name, "gptq-int4-g128", "bf16")
-    routing = mc.route(40, shape, dtype, seed=SEED)
-    view = mc.rank_view(shape.experts, ep, 0)
+    routing = route(40, shape, dtype, seed=SEED)
+    view = rank_view(shape.experts, ep, 0)
     foreign = torch.nonzero(view.expert_map < 0).flatten()
     routing.topk_ids = foreign[torch.arange(40 * shape.topk, device="cuda") % foreign.numel()].view(40, -1)
     routing.topk_ids = routing.topk_ids.to(torch.int32).contiguous()
     for v in variants:
         got = mc.call_moe(
-            v.marlin_moe, experts.select(view.local_ids), routing, global_num_experts=shape.experts,
+            v.marlin_moe,
+            experts.select(view.local_ids),
+            routing,
+            global_num_experts=shape.experts,
             expert_map=view.expert_map,
-        )  # fmt: skip
+        )
         assert torch.equal(got, torch.zeros_like(got)), f"{v.name}: non-zero output for tokens of other ranks"
 
 
@@ -286,14 +295,21 @@ def test_batched_path_matches_reference_and_unbatched(shape_name, tokens, capaci
     same build's fused_marlin_moe on the same tokens; padding rows never reach the result."""
     shape, dtype = SHAPES[shape_name], torch.bfloat16
     experts = experts_for(shape_name, "gptq-int4-g128", "bf16")
-    routing = mc.route(tokens, shape, dtype, seed=SEED + tokens)
+    routing = route(tokens, shape, dtype, seed=SEED + tokens)
     batched = mc.batched_by_expert(routing.hidden, routing.topk_ids, shape.experts, capacity)
     batched.hidden[batched.rows < 0] = float("nan")  # padding: must not reach any valid row
     expected = _ref(experts, routing)
     for v in variants:
         caller = mc.batched_experts(v.marlin_moe, experts, num_dispatchers=dispatchers, max_num_tokens=capacity)
-        out = mc.call_batched(v.marlin_moe, caller, experts.w1, experts.w2, batched,
-                              global_num_experts=shape.experts, topk_weights=routing.topk_weights)  # fmt: skip
+        out = mc.call_batched(
+            v.marlin_moe,
+            caller,
+            experts.w1,
+            experts.w2,
+            batched,
+            global_num_experts=shape.experts,
+            topk_weights=routing.topk_weights,
+        )
         assert out.shape == batched.hidden.shape, f"{v.name}: batched output shape {tuple(out.shape)}"
         got = mc.combine_batched(out, batched, routing.topk_weights, tokens)
         err = rel_l2(got, expected)
@@ -309,7 +325,7 @@ def test_batched_every_block_size_is_equivalent(variants, metric):
     """The batched path gives the same numbers whatever tile it is forced to."""
     shape, dtype = SHAPES["qwen3-30b-a3b-like"], torch.bfloat16
     experts = experts_for(shape.name, "gptq-int4-g128", "bf16")
-    routing = mc.route(48, shape, dtype, seed=SEED)
+    routing = route(48, shape, dtype, seed=SEED)
     batched = mc.batched_by_expert(routing.hidden, routing.topk_ids, shape.experts, 96)
     module = variants[1].marlin_moe
     caller = mc.batched_experts(module, experts, num_dispatchers=1, max_num_tokens=96)
@@ -330,7 +346,7 @@ def test_batched_every_block_size_is_equivalent(variants, metric):
 # its per-expert global scale, MXFP4), W4A8-int8 (Marlin quantizes both GEMM inputs per token to int8; the
 # tile is raised to at least 16), gpt-oss-like MXFP4 with expert biases and the clamped SwiGLU-OAI, and
 # W4A8-FP8, which vLLM runs on SM89/SM12x only. The weights come from vLLM's own helpers (random FP4 codes
-# for FP4); the reference is tests/ep_marlin/reference.py with the format's biases, clamp and int8 rounding.
+# for FP4); the reference is tests/reference.py with the format's biases, clamp and int8 rounding.
 # Bounds (relative L2):
 # * FP4 weights: the reference holds the exact dequantized weights, so the error is the bf16 rounding of the
 #   activations between the GEMMs, as for int4: REFERENCE_BOUND.
@@ -344,14 +360,31 @@ def test_batched_every_block_size_is_equivalent(variants, metric):
 INT8_INPUT_BOUND = 2 * REFERENCE_BOUND[torch.bfloat16]
 GPT_OSS_HIDDEN_SCALE = 20.0
 MIN_CLAMPED_SHARE = 0.01
-FORMAT_SHAPES = {"nvfp4": "deepseek-v3-like", "mxfp4": "gpt-oss-like", "gpt-oss-mxfp4": "gpt-oss-like",
-                 "w4a8-int8": "odd-small", "w4a8-int8-awq": "odd-small", "w4a8-fp8": "odd-small"}  # fmt: skip
-FORMAT_EP = {"deepseek-v3-like": (8, [8, 3, 1, 8, 5, 8, 2, 7]), "gpt-oss-like": (4, [2, 1, 4, 4]),
-             "odd-small": (4, [37, 12, 40, 1])}  # fmt: skip
-FORMAT_GRID = [pytest.param(name, marks=() if FORMATS_BY_NAME[name].hopper else pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability() not in ((8, 9), (12, 0)),
-    reason="vLLM runs Marlin with FP8 inputs on SM89/SM12x only (get_marlin_input_dtype)"))
-    for name in FORMAT_SHAPES]  # fmt: skip
+FORMAT_SHAPES = {
+    "nvfp4": "deepseek-v3-like",
+    "mxfp4": "gpt-oss-like",
+    "gpt-oss-mxfp4": "gpt-oss-like",
+    "w4a8-int8": "odd-small",
+    "w4a8-int8-awq": "odd-small",
+    "w4a8-fp8": "odd-small",
+}
+FORMAT_EP = {
+    "deepseek-v3-like": (8, [8, 3, 1, 8, 5, 8, 2, 7]),
+    "gpt-oss-like": (4, [2, 1, 4, 4]),
+    "odd-small": (4, [37, 12, 40, 1]),
+}
+FORMAT_GRID = [
+    pytest.param(
+        name,
+        marks=()
+        if FORMATS_BY_NAME[name].hopper
+        else pytest.mark.skipif(
+            not torch.cuda.is_available() or torch.cuda.get_device_capability() not in ((8, 9), (12, 0)),
+            reason="vLLM runs Marlin with FP8 inputs on SM89/SM12x only (get_marlin_input_dtype)",
+        ),
+    )
+    for name in FORMAT_SHAPES
+]
 
 
 @functools.lru_cache(maxsize=8)
@@ -359,19 +392,26 @@ def format_experts(name: str) -> weights.Experts:
     return weights.quantized_experts(SHAPES[FORMAT_SHAPES[name]], FORMATS_BY_NAME[name], torch.bfloat16, seed=SEED)
 
 
-def _format_routing(fmt: Format, shape: Shape, rows: int | list[int], seed: int) -> mc.Routing:
+def _format_routing(fmt: Format, shape: Shape, rows: int | list[int], seed: int) -> Routing:
     scale = GPT_OSS_HIDDEN_SCALE if fmt.clamp else 0.1
     if isinstance(rows, list):
-        return mc.dp_padded_routing(rows, shape, torch.bfloat16, seed=seed, scale=scale)
-    return mc.route(rows, shape, torch.bfloat16, seed=seed, scale=scale)
+        return dp_padded_routing(rows, shape, torch.bfloat16, seed=seed, scale=scale)
+    return route(rows, shape, torch.bfloat16, seed=seed, scale=scale)
 
 
-def _format_ref(fmt: Format, experts: weights.Experts, routing: mc.Routing, expert_map=None) -> torch.Tensor:
+def _format_ref(fmt: Format, experts: weights.Experts, routing: Routing, expert_map=None) -> torch.Tensor:
     return reference_moe(
-        routing.hidden, experts.w1_ref, experts.w2_ref, routing.topk_weights, routing.topk_ids, expert_map,
-        bias1=experts.bias1_ref, bias2=experts.bias2_ref, input_int8=fmt.input_dtype == "int8",
+        routing.hidden,
+        experts.w1_ref,
+        experts.w2_ref,
+        routing.topk_weights,
+        routing.topk_ids,
+        expert_map,
+        bias1=experts.bias1_ref,
+        bias2=experts.bias2_ref,
+        input_int8=fmt.input_dtype == "int8",
         clamp=(GPT_OSS_CLAMP, GPT_OSS_ALPHA, GPT_OSS_BETA) if fmt.clamp else None,
-    )  # fmt: skip
+    )
 
 
 def _format_bound(fmt: Format) -> float:
@@ -390,14 +430,20 @@ def test_format_matches_float32_reference(name, variants, metric):
         metric("gpt_oss_clamped_share", share, MIN_CLAMPED_SHARE)
         assert share > MIN_CLAMPED_SHARE, f"the clamp binds on {share:.2%} of pre-activations only"
     for v in variants:
-        got = mc.call_moe(v.marlin_moe, experts, routing, global_num_experts=NON_EP, expert_map=None,
-                          **mc.format_kwargs(fmt, v.marlin_moe.fused_marlin_moe))  # fmt: skip
+        got = mc.call_moe(
+            v.marlin_moe,
+            experts,
+            routing,
+            global_num_experts=NON_EP,
+            expert_map=None,
+            **mc.format_kwargs(fmt, v.marlin_moe.fused_marlin_moe),
+        )
         err = rel_l2(got, expected)
         metric(f"{name}_reference_rel_l2", err, _format_bound(fmt))
         assert err < _format_bound(fmt), f"{v.name}, {name}: rel L2 error {err:.2e} vs the float32 reference"
 
 
-def _clamped_share(experts: weights.Experts, routing: mc.Routing) -> float:
+def _clamped_share(experts: weights.Experts, routing: Routing) -> float:
     """The share of gate/up pre-activations of the routed rows beyond the clamp, in the reference."""
     clamped = total = 0
     for e in routing.topk_ids.unique().tolist():
@@ -437,14 +483,15 @@ def test_format_every_block_size_is_equivalent(name, variants, metric):
     shape, experts = SHAPES[FORMAT_SHAPES[name]], format_experts(name)
     ep, _ = FORMAT_EP[shape.name]
     routing = _format_routing(fmt, shape, 200, SEED + 200)
-    view = mc.rank_view(shape.experts, ep, 0)
+    view = rank_view(shape.experts, ep, 0)
     local, module = experts.select(view.local_ids), variants[1].marlin_moe
     extra = mc.format_kwargs(fmt, module.fused_marlin_moe)
     outs = {}
     for bm in [b for b in BLOCK_SIZES_M if fmt.input_itemsize != 1 or b >= MIN_BLOCK_SIZE_M_1_BYTE_INPUT]:
         with mc.forced_block_size(module, bm):
-            outs[bm] = mc.call_moe(module, local, routing, global_num_experts=shape.experts,
-                                   expert_map=view.expert_map, **extra)  # fmt: skip
+            outs[bm] = mc.call_moe(
+                module, local, routing, global_num_experts=shape.experts, expert_map=view.expert_map, **extra
+            )
     expected = _format_ref(fmt, local, routing, view.expert_map)
     first = min(outs)
     for bm, out in outs.items():
@@ -464,12 +511,19 @@ def test_format_poisoned_buffers_are_overwritten(name, rows, variants, metric):
     shape, experts = SHAPES[FORMAT_SHAPES[name]], format_experts(name)
     ep, _ = FORMAT_EP[shape.name]
     routing = _format_routing(fmt, shape, rows, SEED + rows)
-    view = mc.rank_view(shape.experts, ep, 1)
+    view = rank_view(shape.experts, ep, 1)
     local, dtype = experts.select(view.local_ids), torch.bfloat16
     for v in variants:
         buffers = poisoned_buffers(routing, shape, dtype)
-        got = mc.call_moe(v.marlin_moe, local, routing, global_num_experts=shape.experts, expert_map=view.expert_map,
-                          **buffers, **mc.format_kwargs(fmt, v.marlin_moe.fused_marlin_moe))  # fmt: skip
+        got = mc.call_moe(
+            v.marlin_moe,
+            local,
+            routing,
+            global_num_experts=shape.experts,
+            expert_map=view.expert_map,
+            **buffers,
+            **mc.format_kwargs(fmt, v.marlin_moe.fused_marlin_moe),
+        )
         assert got.data_ptr() == buffers["output"].data_ptr(), "the output buffer passed in was not used"
         assert torch.isfinite(got).all(), f"{v.name}, {name}: NaN/Inf left in the output (rows={rows})"
         err = rel_l2(got, _format_ref(fmt, local, routing, view.expert_map))

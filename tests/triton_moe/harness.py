@@ -12,8 +12,39 @@ import torch
 
 from ci.triton_moe import spec
 
-ROWS = (1, 2, 3, 4, 5, 8, 9, 16, 17, 20, 21, 24, 32, 33, 40, 41, 48, 64, 65, 96, 97, 128, 129, 256, 512, 513, 1024,
-        1536, 3000, 4096, 8192)  # fmt: skip
+ROWS = (
+    1,
+    2,
+    3,
+    4,
+    5,
+    8,
+    9,
+    16,
+    17,
+    20,
+    21,
+    24,
+    32,
+    33,
+    40,
+    41,
+    48,
+    64,
+    65,
+    96,
+    97,
+    128,
+    129,
+    256,
+    512,
+    513,
+    1024,
+    1536,
+    3000,
+    4096,
+    8192,
+)
 
 
 def read_table(path: Path) -> dict[int, dict] | None:
@@ -54,9 +85,13 @@ def on_device(fused_moe, monkeypatch, device: str) -> None:
 
 
 # (config dtype, block_shape, the use_* flag fused_experts_impl takes)
-SCHEMES = ((None, None, {}), ("fp8_w8a8", None, {"use_fp8_w8a8": True}),
-           ("fp8_w8a8", [128, 128], {"use_fp8_w8a8": True}), ("int8_w8a16", [0, 128], {"use_int8_w8a16": True}),
-           ("int4_w4a16", [0, 128], {"use_int4_w4a16": True}))  # fmt: skip
+SCHEMES = (
+    (None, None, {}),
+    ("fp8_w8a8", None, {"use_fp8_w8a8": True}),
+    ("fp8_w8a8", [128, 128], {"use_fp8_w8a8": True}),
+    ("int8_w8a16", [0, 128], {"use_int8_w8a16": True}),
+    ("int4_w4a16", [0, 128], {"use_int4_w4a16": True}),
+)
 DEVICE = "NVIDIA H200"
 
 
@@ -69,11 +104,28 @@ def spy_launches(fm, monkeypatch, device: str = DEVICE) -> list[tuple]:
     def prepare(topk_ids, config, num_tokens, top_k, global_num_experts, expert_map, **kwargs):
         calls.append(("align", config["BLOCK_SIZE_M"], global_num_experts, expert_map is not None))
         n = topk_ids.numel()
-        return (torch.empty(n, dtype=torch.int32, device="meta"), torch.empty(n, dtype=torch.int32, device="meta"),
-                torch.empty(1, dtype=torch.int32, device="meta"))  # fmt: skip
+        return (
+            torch.empty(n, dtype=torch.int32, device="meta"),
+            torch.empty(n, dtype=torch.int32, device="meta"),
+            torch.empty(1, dtype=torch.int32, device="meta"),
+        )
 
-    def launch(a, b, c, a_scale, b_scale, b_zp, topk_weights, sorted_ids, expert_ids, padded, mul_routed, top_k,
-               config, **kwargs):  # fmt: skip
+    def launch(
+        a,
+        b,
+        c,
+        a_scale,
+        b_scale,
+        b_zp,
+        topk_weights,
+        sorted_ids,
+        expert_ids,
+        padded,
+        mul_routed,
+        top_k,
+        config,
+        **kwargs,
+    ):
         calls.append(("gemm", dict(config), tuple(b.shape)))
 
     on_device(fm, monkeypatch, device)
@@ -96,20 +148,33 @@ def weight_shapes(local: int, hidden: int, inter: int, dtype: str | None) -> tup
     return (local, 2 * inter, hidden // pack), (local, hidden, inter // pack)
 
 
-def call_meta(fm, m: int, shapes: tuple[tuple, tuple], hidden: int, topk: int, ep: int, flags: dict, global_: int,
-              block: list[int] | None):  # fmt: skip
+def call_meta(
+    fm,
+    m: int,
+    shapes: tuple[tuple, tuple],
+    hidden: int,
+    topk: int,
+    ep: int,
+    flags: dict,
+    global_: int,
+    block: list[int] | None,
+):
     """One ``fused_experts_impl`` call of ``fm`` on meta tensors: ``m`` rows, EP over ``global_`` experts if
     ``ep`` > 1."""
     meta = {"device": "meta"}
     weight = torch.uint8 if flags else torch.bfloat16
     w1, w2 = (torch.empty(shape, dtype=weight, **meta) for shape in shapes)
     return fm.fused_experts_impl(
-        torch.empty(m, hidden, dtype=torch.bfloat16, **meta), w1, w2,
-        torch.empty(m, topk, dtype=torch.float32, **meta), torch.empty(m, topk, dtype=torch.int32, **meta),
+        torch.empty(m, hidden, dtype=torch.bfloat16, **meta),
+        w1,
+        w2,
+        torch.empty(m, topk, dtype=torch.float32, **meta),
+        torch.empty(m, topk, dtype=torch.int32, **meta),
         global_num_experts=global_ if ep > 1 else spec.NON_EP,
-        expert_map=torch.empty(global_, dtype=torch.int32, **meta) if ep > 1 else None, block_shape=block,
+        expert_map=torch.empty(global_, dtype=torch.int32, **meta) if ep > 1 else None,
+        block_shape=block,
         **flags,
-    )  # fmt: skip
+    )
 
 
 def launched(fm, calls: list, *args) -> tuple[dict | None, list[str]]:
@@ -126,14 +191,15 @@ def launched(fm, calls: list, *args) -> tuple[dict | None, list[str]]:
     return gemms[0], []
 
 
-def config_mismatches(base, cand, contract, monkeypatch, rules: spec.Rules = spec.RULES["0.25.1"]
-                      ) -> tuple[list[str], int, int]:  # fmt: skip
+def config_mismatches(
+    base, cand, contract, monkeypatch, rules: spec.Rules = spec.RULES["0.25.1"]
+) -> tuple[list[str], int, int]:
     """The candidate ``fused_moe`` module against the base's and the contract, call by call over the model
     shapes, EP sizes 1, 2 and 8, the schemes and ``ROWS``: (what is wrong, calls checked, calls whose config
     differs from the base's). Without EP the candidate must launch the base's config unless the contract lets
     the non-EP path change; under EP, the contract's ``triton_config`` of the spec's configs for ``M`` and for
     ``ceil(M * E / G)`` rows (or the base's, if the contract does not change the EP path)."""
-    from ci.kernel.shapes import MODELS
+    from ci.moe.shapes import MODELS
     from ci.trees.contracts import may_change
 
     calls = {"base": spy_launches(base, monkeypatch), "candidate": spy_launches(cand, monkeypatch)}
@@ -146,8 +212,9 @@ def config_mismatches(base, cand, contract, monkeypatch, rules: spec.Rules = spe
             local = model.experts // ep
             for dtype, block, flags in SCHEMES:
                 w1_shape, w2_shape = shapes = weight_shapes(local, model.hidden, model.intermediate, dtype)
-                table = read_table(own / spec.config_file_name(*spec.table_shape(w2_shape, dtype), dtype, block,
-                                                               DEVICE))  # fmt: skip
+                table = read_table(
+                    own / spec.config_file_name(*spec.table_shape(w2_shape, dtype), dtype, block, DEVICE)
+                )
                 for m in ROWS:
                     args = (m, shapes, model.hidden, model.topk, ep, flags, model.experts, block)
                     where = f"{name}/ep{ep} {dtype} {block} M={m}"
@@ -160,9 +227,12 @@ def config_mismatches(base, cand, contract, monkeypatch, rules: spec.Rules = spe
                             wrong.append(f"{where}: the {path} path changed: {want_base} -> {got}")
                     elif ep > 1 and contract is not None and contract.triton_config is not None:
                         seen = spec.rows_one_rank_sees(m, local, model.experts)
-                        of_m, of_seen = (spec.expected_config(w1_shape, w2_shape, model.topk, dtype, rows, block,
-                                                              tables=[table], rules=rules)
-                                         for rows in (m, seen))  # fmt: skip
+                        of_m, of_seen = (
+                            spec.expected_config(
+                                w1_shape, w2_shape, model.topk, dtype, rows, block, tables=[table], rules=rules
+                            )
+                            for rows in (m, seen)
+                        )
                         want = contract.triton_config(config_of_m=of_m, config_of_estimate=of_seen)
                         if got != want:
                             wrong.append(f"{where}: the candidate launched {got}; contract {contract.name}: {want}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from ci.kernel.shapes import MODELS
+from ci.moe.shapes import MODELS
 from tests.triton_moe.harness import ROWS, SCHEMES, config_mismatches, require_specified_release
 
 
@@ -25,8 +25,10 @@ def sides(trees):
     from ci.triton_moe import bench
 
     if variants.entry_module(trees) != bench.ENTRY:
-        pytest.skip(f"the change under test enters vLLM through {variants.entry_module(trees)}, not the Triton "
-                    "fused-MoE path (its own subject's tests check it)")  # fmt: skip
+        pytest.skip(
+            f"the change under test enters vLLM through {variants.entry_module(trees)}, not the Triton "
+            "fused-MoE path (its own subject's tests check it)"
+        )
     rules = require_specified_release(trees)
     modules = bench.load_sides(trees)
     yield modules, rules

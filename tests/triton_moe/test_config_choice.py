@@ -1,7 +1,7 @@
 """The Triton fused-MoE config choice of the base tree's vLLM against its specification (``ci.triton_moe.spec``).
 
 vLLM's real ``try_get_optimal_moe_config`` (pure Python: no kernel runs) over the model shapes of
-``ci.kernel.shapes`` at every EP size, each config dtype, batch sizes from 1 to 8192, on an H200 (whose tuned
+``ci.moe.shapes`` at every EP size, each config dtype, batch sizes from 1 to 8192, on an H200 (whose tuned
 tables ship with vLLM), an H100 and a device without tables, with and without a user's table folder and
 under ``VLLM_BATCH_INVARIANT``. Only the platform's answers are stand-ins (this machine has no GPU): the
 device name, and whether it is CUDA. The oracle must agree everywhere; this is what a candidate's choice is
@@ -15,15 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from ci.kernel.shapes import MODELS
+from ci.moe.shapes import MODELS
 from ci.triton_moe import spec
 from tests.triton_moe.harness import ROWS, on_device, read_table, require_specified_release
 
 # the H200 family reads the H200's tables (an "H200 NVL" too); a GH200 is not of it
 DEVICES = ("NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA GH200 480GB", "NVIDIA H100 80GB HBM3", "NVIDIA A10G")
 # (config dtype, block_shape): bf16, FP8 per tensor, FP8 block-quantized, int4 / int8 weight-only with groups of 128
-DTYPES = ((None, None), ("fp8_w8a8", None), ("fp8_w8a8", [128, 128]), ("int4_w4a16", [0, 128]),
-          ("int8_w8a16", [0, 128]))  # fmt: skip
+DTYPES = (
+    (None, None),
+    ("fp8_w8a8", None),
+    ("fp8_w8a8", [128, 128]),
+    ("int4_w4a16", [0, 128]),
+    ("int8_w8a16", [0, 128]),
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +72,9 @@ def _check(fused_moe, device: str, user: Path | None, batch_invariant: bool, rul
             tuned += any(tables)
             for m in ROWS:
                 got = fused_moe.try_get_optimal_moe_config(w1, w2, topk, dtype, m, block_shape=block)
-                want = spec.expected_config(w1, w2, topk, dtype, m, block, tables=tables,
-                                            batch_invariant=batch_invariant, rules=rules)  # fmt: skip
+                want = spec.expected_config(
+                    w1, w2, topk, dtype, m, block, tables=tables, batch_invariant=batch_invariant, rules=rules
+                )
                 assert got == want, f"{case} {dtype} {block} M={m} on {device}: vLLM {got}, spec {want}"
                 checked += 1
     return checked, tuned
@@ -92,8 +98,14 @@ def test_a_users_table_comes_first_and_ties_go_to_the_first_entry(fused_moe, rul
     monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", str(tmp_path))
     m = MODELS["qwen3-30b-a3b"]
     w1, w2 = (m.experts, 2 * m.intermediate, m.hidden), (m.experts, m.hidden, m.intermediate)
-    small = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
-             "num_stages": 3}  # fmt: skip
+    small = {
+        "BLOCK_SIZE_M": 16,
+        "BLOCK_SIZE_N": 32,
+        "BLOCK_SIZE_K": 64,
+        "GROUP_SIZE_M": 1,
+        "num_warps": 4,
+        "num_stages": 3,
+    }
     table = {"16": {**small, "BLOCK_SIZE_N": 64}, "8": small, "triton_version": "3.6.0"}
     name = spec.config_file_name(*spec.table_shape(w2, None), None, None, "NVIDIA H200")
     (tmp_path / name).write_text(json.dumps(table))

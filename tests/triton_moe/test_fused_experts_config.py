@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.kernel.shapes import MODELS
+from ci.moe.shapes import MODELS
 from ci.triton_moe import spec
 from tests.triton_moe.harness import (
     DEVICE,
@@ -56,8 +56,9 @@ def test_each_launch_gets_the_specified_config_and_the_aligner_the_same_tile(spi
                 for m in ROWS:
                     calls.clear()
                     out = call_meta(fm, m, shapes, model.hidden, model.topk, ep, flags, model.experts, block)
-                    want = spec.expected_config(w1_shape, w2_shape, model.topk, dtype, m, block, tables=[table],
-                                                rules=rules)  # fmt: skip
+                    want = spec.expected_config(
+                        w1_shape, w2_shape, model.topk, dtype, m, block, tables=[table], rules=rules
+                    )
                     where = f"{name}/ep{ep} {dtype} {block} M={m}"
                     assert tuple(out.shape) == (m, model.hidden), where
                     (align,) = [c for c in calls if c[0] == "align"]
@@ -68,8 +69,9 @@ def test_each_launch_gets_the_specified_config_and_the_aligner_the_same_tile(spi
                     checked += 1
                     if ep > 1:
                         seen = spec.rows_one_rank_sees(m, local, model.experts)
-                        other = spec.expected_config(w1_shape, w2_shape, model.topk, dtype, seen, block,
-                                                     tables=[table], rules=rules)  # fmt: skip
+                        other = spec.expected_config(
+                            w1_shape, w2_shape, model.topk, dtype, seen, block, tables=[table], rules=rules
+                        )
                         points += 1
                         exposed += other != want
     assert checked == sum(len(SCHEMES) * len(ROWS) for m in MODELS.values() for ep in (1, 2, 8) if m.experts % ep == 0)

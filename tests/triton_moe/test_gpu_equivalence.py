@@ -1,5 +1,5 @@
 """Triton fused-MoE on the GPU: vLLM's real ``fused_experts_impl`` of both trees against an independent
-float32 reference (``tests/ep_marlin/reference.py``), under EP and without, in bf16 and FP8 W8A8 (per-tensor
+float32 reference (``tests/reference.py``), under EP and without, in bf16 and FP8 W8A8 (per-tensor
 weights, with activation scales computed on the fly without EP and given, as checkpoints ship them, under EP;
 and 128x128 block-quantized weights, activations quantized per token group on the fly); and every config a rule can
 pick (the configs the spec gives over the batch sizes, and the bench's regret sweep) computes the same.
@@ -13,11 +13,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ci.kernel import moe_case as mc
-from ci.kernel.shapes import Shape
+from ci.moe import routing as mr
+from ci.moe.shapes import Shape
 from ci.triton_moe import spec
 from ci.triton_moe.suites import sweep_configs
-from tests.ep_marlin.reference import reference_moe, rel_l2
+from tests.reference import reference_moe, rel_l2
 from tests.shared import SEED
 
 pytestmark = pytest.mark.gpu
@@ -91,13 +91,20 @@ def local_to(kw: dict, ids) -> dict:
 
 
 def call(module, w1, w2, kw, routing, *, global_num_experts=spec.NON_EP, expert_map=None, config=None):
-    from ci.kernel.moe_case import swapped
+    from ci.moe.patching import swapped
 
     forced = swapped(module, try_get_optimal_moe_config=lambda *a, **k: dict(config)) if config else None
     with forced or _nothing():
-        return module.fused_experts_impl(routing.hidden, w1, w2, routing.topk_weights, routing.topk_ids,
-                                         global_num_experts=global_num_experts, expert_map=expert_map,
-                                         **kw).float()  # fmt: skip
+        return module.fused_experts_impl(
+            routing.hidden,
+            w1,
+            w2,
+            routing.topk_weights,
+            routing.topk_ids,
+            global_num_experts=global_num_experts,
+            expert_map=expert_map,
+            **kw,
+        ).float()
 
 
 class _nothing:
@@ -113,7 +120,7 @@ class _nothing:
 def test_matches_float32_reference(sides, scheme, rows, metric):
     """Without EP: each build's output vs the float32 reference, on the dequantized weights."""
     w1, w2, kw, d1, d2 = experts(scheme)
-    routing = mc.route(rows, SHAPE, torch.bfloat16, seed=SEED + rows)
+    routing = mr.route(rows, SHAPE, torch.bfloat16, seed=SEED + rows)
     expected = reference_moe(routing.hidden, d1, d2, routing.topk_weights, routing.topk_ids)
     outs = {}
     for name, module in sides.items():
@@ -131,17 +138,24 @@ def test_ep_sum_matches_reference(sides, scheme, ep, tokens, metric):
     """Under EP (rows padded per DP rank, vLLM's expert maps): each rank's output holds its own experts'
     share; their sum over the ranks matches the reference, for both builds."""
     w1, w2, kw, d1, d2 = experts(scheme)
-    routing = mc.dp_padded_routing(tokens, SHAPE, torch.bfloat16, seed=SEED + ep)
+    routing = mr.dp_padded_routing(tokens, SHAPE, torch.bfloat16, seed=SEED + ep)
     kw = static_scales(kw, scheme, routing, d1)
     expected = reference_moe(routing.hidden, d1, d2, routing.topk_weights, routing.topk_ids)
     for name, module in sides.items():
         total = torch.zeros_like(expected)
         for rank in range(ep):
-            view = mc.rank_view(SHAPE.experts, ep, rank)
+            view = mr.rank_view(SHAPE.experts, ep, rank)
             ids = view.local_ids
             local_kw = local_to(kw, ids)
-            total += call(module, w1[ids], w2[ids], local_kw, routing, global_num_experts=SHAPE.experts,
-                          expert_map=view.expert_map)  # fmt: skip
+            total += call(
+                module,
+                w1[ids],
+                w2[ids],
+                local_kw,
+                routing,
+                global_num_experts=SHAPE.experts,
+                expert_map=view.expert_map,
+            )
         err = rel_l2(total[routing.valid], expected[routing.valid])
         metric(f"triton_{scheme}_ep_sum_vs_reference_rel_l2", err, REFERENCE_BOUND[scheme])
         assert err < REFERENCE_BOUND[scheme], f"{name}, EP {ep}: rel L2 {err:.2e} of the EP sum vs the reference"
@@ -166,18 +180,25 @@ def test_every_config_a_rule_can_pick_is_equivalent(sides, scheme, metric):
     """The base build with each config forced (the default configs over the batch sizes, the regret sweep):
     the same numbers up to the tiling's summation order, and each near the reference, under EP."""
     ep, tokens = 4, [32, 32, 20, 32]
-    view = mc.rank_view(SHAPE.experts, ep, 0)
+    view = mr.rank_view(SHAPE.experts, ep, 0)
     w1, w2, kw, d1, d2 = experts(scheme)
     ids = view.local_ids
-    routing = mc.dp_padded_routing(tokens, SHAPE, torch.bfloat16, seed=SEED + 99)
+    routing = mr.dp_padded_routing(tokens, SHAPE, torch.bfloat16, seed=SEED + 99)
     kw = static_scales(kw, scheme, routing, d1)
     local_kw = local_to(kw, ids)
-    expected = reference_moe(routing.hidden, d1[ids], d2[ids], routing.topk_weights, routing.topk_ids,
-                             view.expert_map)  # fmt: skip
+    expected = reference_moe(routing.hidden, d1[ids], d2[ids], routing.topk_weights, routing.topk_ids, view.expert_map)
     outs = []
     for config in _configs_a_rule_can_pick(scheme):
-        out = call(sides["base"], w1[ids], w2[ids], local_kw, routing, global_num_experts=SHAPE.experts,
-                   expert_map=view.expert_map, config=config)  # fmt: skip
+        out = call(
+            sides["base"],
+            w1[ids],
+            w2[ids],
+            local_kw,
+            routing,
+            global_num_experts=SHAPE.experts,
+            expert_map=view.expert_map,
+            config=config,
+        )
         err = rel_l2(out[routing.valid], expected[routing.valid])
         metric(f"triton_{scheme}_config_vs_reference_rel_l2", err, REFERENCE_BOUND[scheme])
         assert err < REFERENCE_BOUND[scheme], f"config {config}: rel L2 {err:.2e} vs the reference"
@@ -211,18 +232,17 @@ def test_dynamic_per_tensor_scales_under_ep_read_rows_never_written(sides, metri
     all rows, those included. With the unwritten memory made large (1e4) the dynamic-scale output is wrong;
     with the scales given it is right. (vLLM's ``TritonExperts`` aligns without that flag: zeros are written.)
     If the first assertion fails, the build no longer reads unwritten rows and ``static_scales`` can go."""
-    from ci.kernel.moe_case import swapped
+    from ci.moe.patching import swapped
 
     base = sides["base"]
     ep, tokens = 4, [32, 32, 20, 32]
-    view = mc.rank_view(SHAPE.experts, ep, 0)
+    view = mr.rank_view(SHAPE.experts, ep, 0)
     w1, w2, kw, d1, d2 = experts("fp8-tensor")
     ids = view.local_ids
-    routing = mc.dp_padded_routing(tokens, SHAPE, torch.bfloat16, seed=SEED + 7)
+    routing = mr.dp_padded_routing(tokens, SHAPE, torch.bfloat16, seed=SEED + 7)
     local_kw = local_to(kw, ids)
     given_kw = local_to(static_scales(kw, "fp8-tensor", routing, d1), ids)
-    expected = reference_moe(routing.hidden, d1[ids], d2[ids], routing.topk_weights, routing.topk_ids,
-                             view.expert_map)  # fmt: skip
+    expected = reference_moe(routing.hidden, d1[ids], d2[ids], routing.topk_weights, routing.topk_ids, view.expert_map)
     ep_args = {"global_num_experts": SHAPE.experts, "expert_map": view.expert_map}
     with swapped(base, torch=_UnwrittenIsLarge()):
         dynamic = call(base, w1[ids], w2[ids], local_kw, routing, **ep_args)

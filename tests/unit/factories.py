@@ -33,14 +33,22 @@ def _declared(results) -> list[str]:
 
 def _case_problems(case) -> list[str]:
     """The kernel bench's and the TPOT stage's checks of a case, where the case carries what they read."""
-    return [*(kernel_subject.case_problems(case) if "correctness" in case.extra else []),
-            *(serving_subject.case_problems(case) if "rounds" in case.extra else [])]  # fmt: skip
+    return [
+        *(kernel_subject.case_problems(case) if "correctness" in case.extra else []),
+        *(serving_subject.case_problems(case) if "rounds" in case.extra else []),
+    ]
 
 
-subjects.register(subjects.Subject(
-    kind=SYNTHETIC, expected_cases=_declared, case_problems=_case_problems,
-    columns=kernel_subject.columns, annotate=kernel_subject.annotate, panel=kernel_subject.panel,
-))  # fmt: skip
+subjects.register(
+    subjects.Subject(
+        kind=SYNTHETIC,
+        expected_cases=_declared,
+        case_problems=_case_problems,
+        columns=kernel_subject.columns,
+        annotate=kernel_subject.annotate,
+        panel=kernel_subject.panel,
+    )
+)
 
 
 def make_results(ratio_by_case: dict[str, float], *, n: int = 50, seed: int = 0, suite: str = "unit") -> BenchResults:
@@ -74,8 +82,15 @@ def captured_results(ratio_by_capture: list[float], rounds: int = 3, case_ratio:
     return r
 
 
-def kernel_results(suite: str = "quick", *, captures: int = 6, rounds: int = 3, ratio: float = 1.0,
-                   case_filter: str | None = None, seed: int = 0) -> BenchResults:  # fmt: skip
+def kernel_results(
+    suite: str = "quick",
+    *,
+    captures: int = 6,
+    rounds: int = 3,
+    ratio: float = 1.0,
+    case_filter: str | None = None,
+    seed: int = 0,
+) -> BenchResults:
     """A kernel-bench file as the bench writes it: every case of ``suite`` (less ``case_filter``), each timed
     in ``captures`` captures of ``rounds`` rounds, with the correctness check it records."""
     rng = random.Random(seed)
@@ -83,20 +98,30 @@ def kernel_results(suite: str = "quick", *, captures: int = 6, rounds: int = 3, 
     for bench_case in suite_cases(suite, case_filter):
         ids = [b for b in range(captures) for _ in range(rounds)]
         base = [100 * math.exp(rng.gauss(0, 0.003)) for _ in ids]
-        cases.append(CaseResult(
-            id=bench_case.id, unit="us/call",
-            samples={"base": base, "candidate": [ratio * x * math.exp(rng.gauss(0, 0.003)) for x in base]},
-            info={"block_size_m": {"base": 16, "candidate": 16}, "ep": bench_case.ep},
-            extra={"captures": {"base": ids, "candidate": list(ids)}, "correctness": {"ok": True, "rel_l2": 0.0}},
-        ))  # fmt: skip
-    settings = {"expected_cases": [c.id for c in cases], "complete": True, "case_filter": case_filter,
-                "aa": False, "failed_cases": {}}  # fmt: skip
-    return BenchResults(kind=kernel_subject.KIND, suite=suite, provenance=dict(PROVENANCE), settings=settings,
-                        cases=cases)  # fmt: skip
+        cases.append(
+            CaseResult(
+                id=bench_case.id,
+                unit="us/call",
+                samples={"base": base, "candidate": [ratio * x * math.exp(rng.gauss(0, 0.003)) for x in base]},
+                info={"block_size_m": {"base": 16, "candidate": 16}, "ep": bench_case.ep},
+                extra={"captures": {"base": ids, "candidate": list(ids)}, "correctness": {"ok": True, "rel_l2": 0.0}},
+            )
+        )
+    settings = {
+        "expected_cases": [c.id for c in cases],
+        "complete": True,
+        "case_filter": case_filter,
+        "aa": False,
+        "failed_cases": {},
+    }
+    return BenchResults(
+        kind=kernel_subject.KIND, suite=suite, provenance=dict(PROVENANCE), settings=settings, cases=cases
+    )
 
 
-def triton_results(suite: str = "quick", *, captures: int = 6, rounds: int = 2, ratio_of=lambda case_id: 1.0,
-                   seed: int = 0) -> BenchResults:  # fmt: skip
+def triton_results(
+    suite: str = "quick", *, captures: int = 6, rounds: int = 2, ratio_of=lambda case_id: 1.0, seed: int = 0
+) -> BenchResults:
     """A Triton fused-MoE bench file as ``ci.triton_moe.bench`` writes it: every case of ``suite``, the
     candidate ``ratio_of(case id)`` slower, the configs chosen and a regret sweep of two configs."""
     from ci.triton_moe import bench as triton_bench
@@ -109,16 +134,27 @@ def triton_results(suite: str = "quick", *, captures: int = 6, rounds: int = 2, 
         base = [100 * math.exp(rng.gauss(0, 0.003)) for _ in ids]
         cand = [ratio_of(case.id) * x * math.exp(rng.gauss(0, 0.003)) for x in base]
         labels = {"base": "m64-n128-k64-w8-s3", "candidate": "m16-n64-k128-w4-s4"}
-        cases.append(CaseResult(
-            id=case.id, unit="us/call", samples={"base": base, "candidate": cand},
-            info={"ep": case.ep, "config_label": labels, "config": {"base": {}, "candidate": {}}},
-            extra={"captures": {"base": ids, "candidate": list(ids)}, "correctness": {"ok": True, "rel_l2": 0.0},
-                   "configs_us": {labels["base"]: [100.0, 101.0], labels["candidate"]: [120.0, 121.0],
-                                  "m32-n64-k64-w4-s3": [90.0, 90.0]}},
-        ))  # fmt: skip
+        cases.append(
+            CaseResult(
+                id=case.id,
+                unit="us/call",
+                samples={"base": base, "candidate": cand},
+                info={"ep": case.ep, "config_label": labels, "config": {"base": {}, "candidate": {}}},
+                extra={
+                    "captures": {"base": ids, "candidate": list(ids)},
+                    "correctness": {"ok": True, "rel_l2": 0.0},
+                    "configs_us": {
+                        labels["base"]: [100.0, 101.0],
+                        labels["candidate"]: [120.0, 121.0],
+                        "m32-n64-k64-w4-s3": [90.0, 90.0],
+                    },
+                },
+            )
+        )
     settings = {"expected_cases": [c.id for c in cases], "case_filter": None, "aa": False, "failed_cases": {}}
-    return BenchResults(kind=triton_bench.KIND, suite=suite, provenance=dict(PROVENANCE), settings=settings,
-                        cases=cases)  # fmt: skip
+    return BenchResults(
+        kind=triton_bench.KIND, suite=suite, provenance=dict(PROVENANCE), settings=settings, cases=cases
+    )
 
 
 # A toy vLLM release and patches of it (the builder's tests) ------------------------------------------

@@ -23,9 +23,22 @@ import sys
 import time
 import urllib.request
 
-VALUE_FLAGS = ("--backend", "--model", "--tokenizer", "--base-url", "--dataset-name", "--random-input-len",
-               "--random-output-len", "--max-concurrency", "--num-prompts", "--seed", "--result-dir",
-               "--result-filename", "--temperature", "--served-model-name")  # fmt: skip
+VALUE_FLAGS = (
+    "--backend",
+    "--model",
+    "--tokenizer",
+    "--base-url",
+    "--dataset-name",
+    "--random-input-len",
+    "--random-output-len",
+    "--max-concurrency",
+    "--num-prompts",
+    "--seed",
+    "--result-dir",
+    "--result-filename",
+    "--temperature",
+    "--served-model-name",
+)
 SWITCHES = ("--ignore-eos", "--save-result", "--disable-tqdm")
 
 
@@ -105,8 +118,14 @@ def main(args):
     with urllib.request.urlopen(f"{args.base_url}/standin-tpot{model}", timeout=10) as resp:
         tpot = float(resp.read())
     n = int(args.num_prompts)
-    result = {"completed": n, "failed": 0, "median_tpot_ms": tpot, "mean_tpot_ms": tpot * 1.01,
-              "median_ttft_ms": 50.0, "output_throughput": 1000.0 / tpot}  # fmt: skip
+    result = {
+        "completed": n,
+        "failed": 0,
+        "median_tpot_ms": tpot,
+        "mean_tpot_ms": tpot * 1.01,
+        "median_ttft_ms": 50.0,
+        "output_throughput": 1000.0 / tpot,
+    }
     print(f"standin bench: {n} prompts against {args.base_url}, median TPOT {tpot} ms", flush=True)
     with open(os.path.join(args.result_dir, args.result_filename), "w") as fh:
         json.dump(result, fh)

@@ -187,5 +187,10 @@ def test_report_marks_each_verdict():
     assert "| slow |" in text and "| **FAIL** |" in text.split("| slow |")[1].split("\n")[0]
     assert "| PASS |" in text.split("| fast |")[1].split("\n")[0]
     assert "**Incomplete evidence**" in text and "- 1 of the 3 cases of suite 'unit' are missing: gone" in text
-    assert report.MARKS == {V.PASS: "PASS", V.FAIL: "**FAIL**", V.INCONCLUSIVE: "~INCONCLUSIVE",
-                            V.NO_BASELINE: "NO_BASELINE", V.INCOMPLETE: "**INCOMPLETE**"}  # fmt: skip
+    assert report.MARKS == {
+        V.PASS: "PASS",
+        V.FAIL: "**FAIL**",
+        V.INCONCLUSIVE: "~INCONCLUSIVE",
+        V.NO_BASELINE: "NO_BASELINE",
+        V.INCOMPLETE: "**INCOMPLETE**",
+    }

@@ -9,7 +9,8 @@ import pytest
 
 from ci.core import stats
 from ci.core.errors import UsageError
-from ci.kernel import bench, graphs, suites
+from ci.kernel import bench, suites
+from ci.timing import captures, graphs
 
 
 def test_interleaved_order_alternates_which_build_goes_first():
@@ -51,7 +52,7 @@ def _run(monkeypatch, repeats, captures):
 
 def test_each_capture_recaptures_both_builds_in_its_own_order(monkeypatch):
     runner, result = _run(monkeypatch, repeats=12, captures=6)
-    plan = bench.capture_plan(FakeRunner.case.id, 6)
+    plan = captures.capture_plan(FakeRunner.case.id, 6)
     timed = [e for e in runner.events if not str(e[1]).startswith("bm")]  # the regret sweep comes after
     per_capture, current = [], None
     for e in timed:
@@ -68,15 +69,17 @@ def test_each_capture_recaptures_both_builds_in_its_own_order(monkeypatch):
         assert [e[1] for e in events[2:]] == [first, second, second, first]  # 2 rounds, alternating
     assert {order for order, _ in plan} == {("base", "candidate"), ("candidate", "base")}
     assert len({pad for _, pad in plan}) > 1 and all(pad % 256 == 0 and pad > 0 for _, pad in plan)
-    assert result.extra["captures"] == {"base": [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5],
-                                      "candidate": [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]}  # fmt: skip
+    assert result.extra["captures"] == {
+        "base": [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5],
+        "candidate": [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5],
+    }
     assert len(result.samples["base"]) == len(result.samples["candidate"]) == 12
 
 
 def test_capture_plan_is_reproducible_per_case_and_differs_between_cases():
-    assert bench.capture_plan("a", 30) == bench.capture_plan("a", 30)
-    assert bench.capture_plan("a", 30) != bench.capture_plan("b", 30)
-    firsts = [order[0] for order, _ in bench.capture_plan("deepseek-v3/ep8/tpr8/gptq-int4-g128/bf16", 30)]
+    assert captures.capture_plan("a", 30) == captures.capture_plan("a", 30)
+    assert captures.capture_plan("a", 30) != captures.capture_plan("b", 30)
+    firsts = [order[0] for order, _ in captures.capture_plan("deepseek-v3/ep8/tpr8/gptq-int4-g128/bf16", 30)]
     assert 8 <= firsts.count("base") <= 22, "each build goes first in about half the captures"
 
 

@@ -182,8 +182,12 @@ def test_a_dependency_the_release_imports_is_one_clear_error(tmp_path, monkeypat
 
     release = make_release(tmp_path / "rel", version="0.33.0")
     entry = release.root / ENTRY
-    for pkg in ("model_executor", "model_executor/layers", "model_executor/layers/fused_moe",
-                "model_executor/layers/fused_moe/experts"):  # fmt: skip
+    for pkg in (
+        "model_executor",
+        "model_executor/layers",
+        "model_executor/layers/fused_moe",
+        "model_executor/layers/fused_moe/experts",
+    ):
         (release.root / "vllm" / pkg / "__init__.py").write_text("")
     entry.write_text("import cpuinfo_not_installed_here\nfrom vllm.layers import mod\n")
     patch = tmp_path / "p.patch"
@@ -208,9 +212,23 @@ def test_a_dependency_the_release_imports_is_one_clear_error(tmp_path, monkeypat
     )
     assert "Traceback" not in err
     for workers in ([], ["-n", "2"]):  # in the process, or (xdist) in a check of its own beside the workers
-        tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gate-manifest",
-                                str(trees.manifest_path), "tests/unit/test_spec.py", *workers], capture_output=True,
-                               text=True, cwd=Path(build.__file__).parents[2])  # fmt: skip
+        tests = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--gate-manifest",
+                str(trees.manifest_path),
+                "tests/unit/test_spec.py",
+                *workers,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=Path(build.__file__).parents[2],
+        )
         out = tests.stdout + tests.stderr
         assert tests.returncode == 9 and out.count("imports 'cpuinfo_not_installed_here'") == 1, (workers, out)
         assert " passed" not in out and " failed" not in out  # stopped before any test ran
@@ -254,8 +272,11 @@ def test_a_hidden_plain_section_is_listed_and_loaded_from_the_candidate(tmp_path
     listed only the first file and the candidate ran the base's aligner (67 passed on the H200)."""
     from ci.trees import variants
 
-    release = _release_with(tmp_path / "rel", {ALIGN: "def align(x):\n    return x\n"},
-                            entry="from vllm.layers import mod\nfrom vllm.layers.align import align\n")  # fmt: skip
+    release = _release_with(
+        tmp_path / "rel",
+        {ALIGN: "def align(x):\n    return x\n"},
+        entry="from vllm.layers import mod\nfrom vllm.layers.align import align\n",
+    )
     patch = tmp_path / "hidden.patch"
     patch.write_text(
         diff(MOD, BEFORE, BEFORE.replace("import os\n", "import os  # a comment\n"))
@@ -264,7 +285,10 @@ def test_a_hidden_plain_section_is_listed_and_loaded_from_the_candidate(tmp_path
     trees = build.build_trees(build.BuildOptions(patch=patch, out=tmp_path / "out"), release=release)
     assert [c.path for c in trees.manifest.changed_files] == [ALIGN, MOD]
     assert variants.candidate_modules(trees.manifest.changed_files, trees.candidate, source="p") == [
-        "vllm.layers.align", "vllm.layers.mod", ENTRY_MODULE]  # fmt: skip
+        "vllm.layers.align",
+        "vllm.layers.mod",
+        ENTRY_MODULE,
+    ]
 
 
 def test_a_path_with_b_slash_is_named_not_ignored(tmp_path):
@@ -301,9 +325,11 @@ def test_a_symlink_the_patch_adds_is_refused_and_the_host_file_never_read(tmp_pa
     host = tmp_path / "host-secret"
     host.write_text("secret")
     link = patch_file.parent / "link.patch"
-    link.write_text(patch_file.read_text() + f"diff --git a/vllm/layers/leak.py b/vllm/layers/leak.py\nnew file mode "
-                    f"120000\n--- /dev/null\n+++ b/vllm/layers/leak.py\n@@ -0,0 +1 @@\n+{host}\n\\ No newline at end "
-                    "of file\n")  # fmt: skip
+    link.write_text(
+        patch_file.read_text() + f"diff --git a/vllm/layers/leak.py b/vllm/layers/leak.py\nnew file mode "
+        f"120000\n--- /dev/null\n+++ b/vllm/layers/leak.py\n@@ -0,0 +1 @@\n+{host}\n\\ No newline at end "
+        "of file\n"
+    )
     with pytest.raises(PatchError, match=rf"puts symbolic links into vLLM \(vllm/layers/leak.py -> {host}\)"):
         build.build_trees(build.BuildOptions(patch=link, out=tmp_path / "out"), release=make_release(tmp_path / "r"))
 
@@ -311,8 +337,9 @@ def test_a_symlink_the_patch_adds_is_refused_and_the_host_file_never_read(tmp_pa
 def test_trees_changed_after_the_build_are_refused(tmp_path, patch_file):
     from ci.trees import variants
 
-    trees = build.build_trees(build.BuildOptions(patch=patch_file, out=tmp_path / "out"),
-                              release=make_release(tmp_path / "rel"))  # fmt: skip
+    trees = build.build_trees(
+        build.BuildOptions(patch=patch_file, out=tmp_path / "out"), release=make_release(tmp_path / "rel")
+    )
     (trees.candidate / "vllm" / "layers" / "extra.py").write_text("X = 1\n")
     with pytest.raises(DataError, match=r"no longer differ as the manifest records \(now: vllm/layers/extra.py, "):
         variants.load_candidate(trees)
@@ -337,8 +364,13 @@ def test_the_tree_diff_sees_content_mode_links_added_and_removed(tmp_path):
     (base / "vllm" / "copied.json").symlink_to(tmp_path / "release.json")  # a link the builder copied out
     (cand / "vllm" / "copied.json").write_text("{}")
     found = {c.path: c.what for c in treediff.differences(base, cand)}
-    assert found == {"vllm/content.py": "modified", "vllm/mode.py": "mode", "vllm/gone.py": "removed",
-                     "vllm/new.py": "added", "vllm/link.py": "link"}  # fmt: skip
+    assert found == {
+        "vllm/content.py": "modified",
+        "vllm/mode.py": "mode",
+        "vllm/gone.py": "removed",
+        "vllm/new.py": "added",
+        "vllm/link.py": "link",
+    }
 
 
 def test_the_sessions_take_the_stages_source_options_and_pass_on_exactly_those_given():
@@ -363,8 +395,11 @@ def test_the_entry_module_is_the_contracts_or_the_subject_entry_that_runs_the_ch
 
     triton = variants.ENTRY_MODULES[1]
     other = "vllm/layers/other.py"
-    release = _release_with(tmp_path / "rel", {other: "K = 1\n", triton.replace(".", "/") + ".py":
-                            "from vllm.layers import other\n"}, entry="from vllm.layers import mod\n")  # fmt: skip
+    release = _release_with(
+        tmp_path / "rel",
+        {other: "K = 1\n", triton.replace(".", "/") + ".py": "from vllm.layers import other\n"},
+        entry="from vllm.layers import mod\n",
+    )
     patch = tmp_path / "other.patch"
     patch.write_text(diff(other, "K = 1\n", "K = 2\n"))
     trees = build.build_trees(build.BuildOptions(patch=patch, contract="none", out=tmp_path / "t"), release=release)

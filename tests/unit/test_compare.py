@@ -170,19 +170,24 @@ def test_h200_tpot_runs_of_nine_pairs_and_the_baseline_recorded_from_them(tmp_pa
     stored = Path(__file__).parents[2] / "baselines" / "nvidia-h200-x1" / "tpot-qwen3-30b-a3b-like-dp1-pr.json"
     assert stored.read_bytes() == (runs / "pr-ab.json").read_bytes()
     baseline = load_results(stored)
-    expected = {("pr-aa-1", "base"): (V.PASS, 0.999, 1.006), ("pr-aa-1", "candidate"): (V.PASS, 1.0, 1.003),
-                ("pr-inject-3.5pct-1", "base"): (V.PASS, 0.997, 1.004),
-                ("pr-inject-3.5pct-1", "candidate"): (V.FAIL, 1.035, 1.039),
-                ("pr-aa-2", "base"): (V.PASS, 0.997, 1.003), ("pr-aa-2", "candidate"): (V.PASS, 0.998, 1.001),
-                ("pr-aa-3", "base"): (V.PASS, 0.997, 1.004), ("pr-aa-3", "candidate"): (V.PASS, 0.997, 1.0),
-                ("pr-inject-2pct-1", "base"): (V.PASS, 0.997, 1.004),
-                ("pr-inject-2pct-1", "candidate"): (V.PASS, 1.02, 1.023),
-                ("pr-inject-5pct-1", "base"): (V.PASS, 0.997, 1.005),
-                ("pr-inject-5pct-1", "candidate"): (V.FAIL, 1.048, 1.053),
-                ("pr-inject-3.5pct-2", "base"): (V.PASS, 0.996, 1.003),
-                ("pr-inject-3.5pct-2", "candidate"): (V.FAIL, 1.034, 1.039),
-                ("pr-inject-2pct-2", "base"): (V.PASS, 0.996, 1.003),
-                ("pr-inject-2pct-2", "candidate"): (V.PASS, 1.017, 1.022)}  # fmt: skip
+    expected = {
+        ("pr-aa-1", "base"): (V.PASS, 0.999, 1.006),
+        ("pr-aa-1", "candidate"): (V.PASS, 1.0, 1.003),
+        ("pr-inject-3.5pct-1", "base"): (V.PASS, 0.997, 1.004),
+        ("pr-inject-3.5pct-1", "candidate"): (V.FAIL, 1.035, 1.039),
+        ("pr-aa-2", "base"): (V.PASS, 0.997, 1.003),
+        ("pr-aa-2", "candidate"): (V.PASS, 0.998, 1.001),
+        ("pr-aa-3", "base"): (V.PASS, 0.997, 1.004),
+        ("pr-aa-3", "candidate"): (V.PASS, 0.997, 1.0),
+        ("pr-inject-2pct-1", "base"): (V.PASS, 0.997, 1.004),
+        ("pr-inject-2pct-1", "candidate"): (V.PASS, 1.02, 1.023),
+        ("pr-inject-5pct-1", "base"): (V.PASS, 0.997, 1.005),
+        ("pr-inject-5pct-1", "candidate"): (V.FAIL, 1.048, 1.053),
+        ("pr-inject-3.5pct-2", "base"): (V.PASS, 0.996, 1.003),
+        ("pr-inject-3.5pct-2", "candidate"): (V.FAIL, 1.034, 1.039),
+        ("pr-inject-2pct-2", "base"): (V.PASS, 0.996, 1.003),
+        ("pr-inject-2pct-2", "candidate"): (V.PASS, 1.017, 1.022),
+    }
     for (name, side), (verdict, low, high) in expected.items():
         (case,) = compare.compare_baseline(load_results(runs / f"{name}.json"), baseline, side, 0.03, 0.95, "B").cases
         assert case.effect.method == stats.METHOD_CAPTURES_UNPAIRED, (name, side)
@@ -477,14 +482,17 @@ def test_baseline_mode_pairs_capture_b_with_the_baselines_capture_b():
         stored.cases[0].samples[side] = [x * spread[b] for x, b in zip(stored.cases[0].samples[side], ids, strict=True)]
     same, slower = _captured_results([1.0] * 10), _captured_results([1.05] * 10)
     for run in (same, slower):
-        run.cases[0].samples = {k: [x * spread[b] for x, b in zip(v, run.cases[0].extra["captures"][k], strict=True)]
-                                for k, v in run.cases[0].samples.items()}  # fmt: skip
+        run.cases[0].samples = {
+            k: [x * spread[b] for x, b in zip(v, run.cases[0].extra["captures"][k], strict=True)]
+            for k, v in run.cases[0].samples.items()
+        }
     (ok,) = compare.compare_baseline(same, stored, "base", 0.03, 0.95, "B").cases
     assert ok.verdict == V.PASS and ok.effect.ci_high - ok.effect.ci_low < 0.01
     (bad,) = compare.compare_baseline(slower, stored, "candidate", 0.03, 0.95, "B").cases
     assert bad.verdict == V.FAIL and bad.effect.ratio == pytest.approx(1.05, abs=0.005)
-    medians = [stats.capture_medians(r.cases[0].samples["base"], r.cases[0].extra["captures"]["base"])
-               for r in (stored, same)]  # fmt: skip
+    medians = [
+        stats.capture_medians(r.cases[0].samples["base"], r.cases[0].extra["captures"]["base"]) for r in (stored, same)
+    ]
     unpaired = stats.unpaired_effect(*medians)
     assert unpaired.ci_high - unpaired.ci_low > 0.1, "without the pairing the spread of the work hides everything"
 
@@ -530,8 +538,12 @@ def test_the_noise_note_of_captured_results_looks_inside_the_captures():
     """Captures differ by design (fresh inputs each): a 2x spread between captures is no noise; within one it is."""
     base = [100.0, 101.0, 99.0, 200.0, 202.0, 198.0] * 2
     ids = [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
-    case = CaseResult(id="a", unit="us", samples={"base": base, "candidate": list(base)},
-                      extra={"captures": {"base": ids, "candidate": ids}})  # fmt: skip
+    case = CaseResult(
+        id="a",
+        unit="us",
+        samples={"base": base, "candidate": list(base)},
+        extra={"captures": {"base": ids, "candidate": ids}},
+    )
     assert compare.noise_notes(base) != [], "over all samples the captures look like noise"
     assert compare.noise_notes(compare.capture_jitter(case, "base")) == []
     noisy = [100.0, 120.0, 80.0, 200.0, 240.0, 160.0] * 2
@@ -539,8 +551,9 @@ def test_the_noise_note_of_captured_results_looks_inside_the_captures():
     assert compare.noise_notes(compare.capture_jitter(case, "candidate")) == [
         "IQR is 40% of the median: the machine was noisy"
     ]
-    gate = compare.compare_ab(BenchResults(kind="kernel-bench", suite="s", provenance={}, settings={}, cases=[case]),
-                              0.03, 0.95)  # fmt: skip
+    gate = compare.compare_ab(
+        BenchResults(kind="kernel-bench", suite="s", provenance={}, settings={}, cases=[case]), 0.03, 0.95
+    )
     assert gate.cases[0].notes == ["IQR is 40% of the median: the machine was noisy"]
 
 
@@ -560,8 +573,9 @@ def test_jitter_normalizes_only_well_formed_multi_capture_series():
 def test_baseline_mode_notes_look_inside_captures_and_the_fallback_keeps_its_options():
     stored, run = _captured_results([1.0] * 10), _captured_results([1.0] * 10)
     ids = run.cases[0].extra["captures"]["candidate"]
-    run.cases[0].samples["candidate"] = [x * (1 + 0.2 * b) for x, b in zip(run.cases[0].samples["candidate"], ids,
-                                                                         strict=True)]  # fmt: skip
+    run.cases[0].samples["candidate"] = [
+        x * (1 + 0.2 * b) for x, b in zip(run.cases[0].samples["candidate"], ids, strict=True)
+    ]
     (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
     assert not [n for n in case.notes if "IQR" in n], "a spread between captures is no noise"
     run.cases[0].extra["captures"]["candidate"] = [b + 10 for b in ids]  # other captures: the unpaired fallback

@@ -98,9 +98,16 @@ def test_the_manifest_record_is_checked_against_the_file(tmp_path):
 def test_the_shipped_changes_have_loadable_contracts():
     """Every folder of ci/changes holds a change.patch and a contract that loads, with at least one rule."""
     folders = sorted(p.parent for p in CHANGES_DIR.glob("*/change.patch"))
-    assert [f.name for f in folders] == ["batched-large-tile", "batched-tile-from-load", "block-size-override",
-                                        "marlin-ep-m-estimate", "tile-oracle", "triton-ep-m-estimate",
-                                        "triton-ep-m-tile", "triton-ep-m-tile-keep64"]  # fmt: skip
+    assert [f.name for f in folders] == [
+        "batched-large-tile",
+        "batched-tile-from-load",
+        "block-size-override",
+        "marlin-ep-m-estimate",
+        "tile-oracle",
+        "triton-ep-m-estimate",
+        "triton-ep-m-tile",
+        "triton-ep-m-tile-keep64",
+    ]
     loaded = {f.name: contracts.load_contract(f / "contract.py") for f in folders}
     assert all(c.rules for c in loaded.values())
     assert loaded["block-size-override"].settings["override-8"] == {"VLLM_MARLIN_MOE_BLOCK_SIZE_M": "8"}
@@ -108,15 +115,18 @@ def test_the_shipped_changes_have_loadable_contracts():
     of_m, of_seen = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128}, {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64}
     assert loaded["triton-ep-m-estimate"].triton_config(config_of_m=of_m, config_of_estimate=of_seen) == of_seen
     assert loaded["triton-ep-m-tile"].triton_config(config_of_m=of_m, config_of_estimate=of_seen) == {
-        "BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 128}  # fmt: skip
+        "BLOCK_SIZE_M": 16,
+        "BLOCK_SIZE_N": 128,
+    }
     triton = "vllm.model_executor.layers.fused_moe.fused_moe"
     assert {c.entry_module for n, c in loaded.items() if n.startswith("triton")} == {triton}
     assert {c.entry_module for n, c in loaded.items() if not n.startswith("triton")} == {contracts.ENTRY_MODULE}
     assert loaded["triton-ep-m-tile"].to_json()["entry_module"] == triton
 
 
-@pytest.mark.parametrize("entry", ["os.path", "vllm.", "vllm.a-b", 3, "vllm..x", "vllm.a.b",
-                                   "vllm.model_executor.layers.fused_moe.layer"])  # fmt: skip
+@pytest.mark.parametrize(
+    "entry", ["os.path", "vllm.", "vllm.a-b", 3, "vllm..x", "vllm.a.b", "vllm.model_executor.layers.fused_moe.layer"]
+)
 def test_an_entry_module_must_be_one_of_the_subjects_entries(tmp_path, entry):
     """Issue 39, item 2: another vLLM module as ENTRY_MODULE ended in a KeyError (exit 1, the FAIL code) or in a
     PASS with every test skipped; it is a usage error naming the entries the gate has tests for."""
@@ -138,11 +148,19 @@ def test_describe_names_every_path_and_rule_or_says_none(tmp_path):
         + "def batched_block_size_m(**kw):\n    return 8\n"
     )
     c = contracts.load_contract(_write(tmp_path, text))
-    assert c.describe() == ("contract x (PR 1): rules fused_block_size_m, batched_block_size_m; may change "
-                            "non-EP fused, EP fused, batched; settings default, on")  # fmt: skip
+    assert c.describe() == (
+        "contract x (PR 1): rules fused_block_size_m, batched_block_size_m; may change "
+        "non-EP fused, EP fused, batched; settings default, on"
+    )
     rules = ["fused_block_size_m", "batched_block_size_m"]
-    assert c.to_json() == {"name": "x", "path": str(tmp_path / "contract.py"), "sha256": c.sha256, "rules": rules,
-                           "describe": c.describe(), "entry_module": contracts.ENTRY_MODULE}  # fmt: skip
+    assert c.to_json() == {
+        "name": "x",
+        "path": str(tmp_path / "contract.py"),
+        "sha256": c.sha256,
+        "rules": rules,
+        "describe": c.describe(),
+        "entry_module": contracts.ENTRY_MODULE,
+    }
     bare = GOOD.replace("CHANGES_EP = True", "CHANGES_EP = False").split("def fused_block_size_m")[0]
     assert contracts.load_contract(_write(tmp_path, bare)).describe() == (
         "contract x (PR 1): rules none; may change nothing by default; settings default, on"
@@ -187,18 +205,18 @@ def test_a_recorded_relative_path_is_found_from_here_or_from_the_repository(tmp_
 
 ESCAPES = [
     ("import sys\nsys.exit(0)\n", "line 1: an import other than `import math`"),
-    ("from ci.core import evidence\n", "line 1: an import other than `from ci.kernel import spec`"),
+    ("from ci.core import evidence\n", "line 1: an import other than `from ci.moe import spec`"),
     (
-        "from ci.kernel import spec\nspec.pick_block_size_m = lambda *a: 8\n",
+        "from ci.moe import spec\nspec.pick_block_size_m = lambda *a: 8\n",
         "an assignment to the attribute pick_block_size_m",
     ),
-    ("from ci.kernel import spec\nX = spec.Fraction\nY = spec.__dict__\n", "line 3: the attribute __dict__"),
+    ("from ci.moe import spec\nX = spec.Fraction\nY = spec.__dict__\n", "line 3: the attribute __dict__"),
     ("X = ().__class__.__bases__\n", "the attribute __bases__"),
     ("X = __import__('os')\n", "the name __import__"),
     ("def fused_block_size_m(**kw):\n    import os\n    return 8\n", "an import inside a function"),
     ("def fused_block_size_m(**kw):\n    while True:\n        pass\n", "a While construct"),
     ("def fused_block_size_m(**kw):\n    global NAME\n    return 8\n", "a Global construct"),
-    ("from ci.kernel import spec\nX = spec.math\n", "line 2: spec.math, which is not one of its rules or constants"),
+    ("from ci.moe import spec\nX = spec.math\n", "line 2: spec.math, which is not one of its rules or constants"),
     ("def f(g):\n    return g.gi_frame\n", "the attribute gi_frame (only count, endswith"),
     ("try:\n    X = 1\nexcept Exception:\n    pass\n", "a Try statement at the top level"),
     ("X = exit(0)\n", "failed to load: NameError: name 'exit' is not defined"),
@@ -246,8 +264,9 @@ def test_sys_exit_in_a_contract_is_a_usage_error_and_the_build_writes_nothing(tm
     assert "a contract is a .py file" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["/tmp/mine", "../../tmp/mine", "marlin-ep-m-estimate/../block-size-override",
-                                  "Marlin", "x\n", ""])  # fmt: skip
+@pytest.mark.parametrize(
+    "name", ["/tmp/mine", "../../tmp/mine", "marlin-ep-m-estimate/../block-size-override", "Marlin", "x\n", ""]
+)
 def test_change_takes_a_name_under_ci_changes_only(name):
     from ci.trees import build
 
@@ -261,7 +280,7 @@ def test_each_refusal_names_the_line_and_what_a_contract_holds(tmp_path):
     with pytest.raises(contracts.ContractError) as err:
         contracts.load_contract(path)
     assert str(err.value) == (
-        f"{path}, line 12: a decorator. A contract holds only NAME = value lines, `from ci.kernel import spec`, "
+        f"{path}, line 12: a decorator. A contract holds only NAME = value lines, `from ci.moe import spec`, "
         "`import math` and rule functions of spec's rules and the env mapping they get (ci/trees/contracts.py)"
     )
     cases = {
@@ -282,7 +301,7 @@ def test_each_refusal_names_the_line_and_what_a_contract_holds(tmp_path):
 
 
 def test_the_allowed_parts_work(tmp_path):
-    text = '"""A contract with what it may use."""\nimport math\nfrom ci.kernel import spec\n' + GOOD.replace(
+    text = '"""A contract with what it may use."""\nimport math\nfrom ci.moe import spec\n' + GOOD.replace(
         "    return 8\n",
         "    d = {}\n    d['m'] = kw.get('m', 1)\n    return max(spec.BLOCK_SIZES_M[0], math.ceil(d['m']))\n",
     )
@@ -290,16 +309,25 @@ def test_the_allowed_parts_work(tmp_path):
     assert c.fused_block_size_m(m=3.5) == 8 and c.fused_block_size_m(m=9) == 9
 
 
-@pytest.mark.parametrize("text", ["X = " + "-" * 60000 + "1\n", "X = " + "(" * 300 + "1" + ")" * 300 + "\n",
-                                  "X = " + "not " * 15000 + "1\n", "X = 1" + " + 1" * 20000 + "\n",
-                                  "X = 1  # " + "x" * 70000 + "\n"])  # fmt: skip
+@pytest.mark.parametrize(
+    "text",
+    [
+        "X = " + "-" * 60000 + "1\n",
+        "X = " + "(" * 300 + "1" + ")" * 300 + "\n",
+        "X = " + "not " * 15000 + "1\n",
+        "X = 1" + " + 1" * 20000 + "\n",
+        "X = 1  # " + "x" * 70000 + "\n",
+    ],
+)
 def test_a_contract_nested_too_deep_or_too_large_is_a_contract_error(tmp_path, text):
     """Issue 39, item 6: a deep unary expression ended in MemoryError (exit 70, a traceback)."""
     with pytest.raises(contracts.ContractError) as err:
         contracts.load_contract(_write(tmp_path, GOOD + text))
     assert str(err.value).startswith(str(tmp_path / "contract.py"))
-    assert any(w in str(err.value) for w in ("nested too deeply", "not valid Python", "bytes; a contract is at most",
-                                              "RecursionError"))  # fmt: skip
+    assert any(
+        w in str(err.value)
+        for w in ("nested too deeply", "not valid Python", "bytes; a contract is at most", "RecursionError")
+    )
 
 
 def test_a_contract_that_is_not_python_or_not_utf8_is_named(tmp_path):
@@ -320,8 +348,9 @@ def test_a_contract_of_the_largest_size_is_read_and_one_byte_more_is_refused(tmp
     contracts.check_source(top, tmp_path / "c.py")
     with pytest.raises(UsageError) as err:
         contracts.check_source(top + "\n", tmp_path / "c.py")
-    assert str(err.value) == (f"{tmp_path / 'c.py'}: 65,537 bytes; a contract is at most 65,536 (NAME = value lines "
-                              "and a few rule functions)")  # fmt: skip
+    assert str(err.value) == (
+        f"{tmp_path / 'c.py'}: 65,537 bytes; a contract is at most 65,536 (NAME = value lines and a few rule functions)"
+    )
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="type parameters (`def f[T]()`) parse from Python 3.12 on")

@@ -34,9 +34,13 @@ def test_levels_pool_their_runs_and_give_shares():
 
 def test_the_table_puts_the_simulation_beside_the_measurement():
     rows = [rates.summarize("inject-3.5pct", 0.035, _gate({"a": 1.035, "b": 1.0}), 3)]
-    payload = {"gpu": "NVIDIA H200", "runs": rows, "pooled": rates.pooled(rows),
-               "settings": {"suite": "default", "captures": 30, "repeats": 90, "threshold": 0.03},
-               "simulated": {"0.035": {"PASS": 0.0, "INCONCLUSIVE": 0.07, "FAIL": 0.93}}}  # fmt: skip
+    payload = {
+        "gpu": "NVIDIA H200",
+        "runs": rows,
+        "pooled": rates.pooled(rows),
+        "settings": {"suite": "default", "captures": 30, "repeats": 90, "threshold": 0.03},
+        "simulated": {"0.035": {"PASS": 0.0, "INCONCLUSIVE": 0.07, "FAIL": 0.93}},
+    }
     text = error_rates.markdown(payload)
     assert "| +3.5% injected | 1 | 2 | 50.0% |" in text and "FAIL in at least 90%" in text
     assert "0.0% / 7.0% / 93.0%" in text and "| inject-3.5pct | 2 |" in text

@@ -6,7 +6,7 @@ import pytest
 
 from ci.core.errors import UsageError
 from ci.kernel import formats, suites
-from ci.kernel.spec import BLOCK_SIZES_M
+from ci.moe.spec import BLOCK_SIZES_M
 
 
 def test_every_format_names_a_scheme_and_the_combinations_vllm_serves():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ci.core.errors import NoGPUError
-from ci.runner import gpu, gpu_state, procs
+from ci.host import gpu, gpu_state, procs
 
 
 def test_no_gpu_is_one_clear_error(monkeypatch):
@@ -36,8 +36,16 @@ def test_state_sampler_summarises_medians(monkeypatch):
     clocks = iter([1980, 1500, 1980, 1980, 1980, 1980, 1980, 1980])
 
     def fake_query():
-        g = gpu.GpuInfo(index=0, name="NVIDIA H200", uuid="u", memory_total_mib=1, memory_used_mib=0,
-                        sm_clock_mhz=next(clocks, 1980), power_draw_w=400.0, temperature_c=40)  # fmt: skip
+        g = gpu.GpuInfo(
+            index=0,
+            name="NVIDIA H200",
+            uuid="u",
+            memory_total_mib=1,
+            memory_used_mib=0,
+            sm_clock_mhz=next(clocks, 1980),
+            power_draw_w=400.0,
+            temperature_c=40,
+        )
         return "580", [g]
 
     monkeypatch.setattr(gpu_state, "query", fake_query)
@@ -100,7 +108,7 @@ def test_cli_check_exits_with_no_gpu_code(monkeypatch):
 def test_leftovers_spare_the_shell_that_runs_the_clean_up(tmp_path):
     """A workflow step's shell carries the job's tag too: the clean-up must not kill it (nor itself)."""
     env = {**os.environ, procs.RUN_ID_ENV: "job-c-1"}
-    script = "from ci.runner import procs; print(sorted(pid for pid, _ in procs.own_leftovers('job-c-1')))"
+    script = "from ci.host import procs; print(sorted(pid for pid, _ in procs.own_leftovers('job-c-1')))"
     root = Path(__file__).resolve().parents[2]
     command = ["bash", "-c", f'echo "$$"; "{sys.executable}" -c "{script}"']
     done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=root, check=True)

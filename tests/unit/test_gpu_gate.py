@@ -32,19 +32,26 @@ def _fake(codes: dict[str, int], seen: list, results_path=None):
     return run
 
 
-@pytest.mark.parametrize(("failing", "code", "ran", "counted", "overall"), [
-    ("GPU equivalence suite", 1, 1, False, 1), ("kernel bench", 12, 2, False, 12),
-    ("kernel verdict (A/B)", 3, 3, False, 3),
-    ("kernel verdict (baseline", 1, 4, False, 0), ("kernel verdict (baseline", 1, 4, True, 1),
-    ("kernel verdict (baseline", 4, 4, True, 0),
-])  # fmt: skip
-def test_each_stage_runs_only_after_the_ones_before_passed(built, tmp_path, monkeypatch, failing, code, ran, counted,
-                                                           overall):  # fmt: skip
+@pytest.mark.parametrize(
+    ("failing", "code", "ran", "counted", "overall"),
+    [
+        ("GPU equivalence suite", 1, 1, False, 1),
+        ("kernel bench", 12, 2, False, 12),
+        ("kernel verdict (A/B)", 3, 3, False, 3),
+        ("kernel verdict (baseline", 1, 4, False, 0),
+        ("kernel verdict (baseline", 1, 4, True, 1),
+        ("kernel verdict (baseline", 4, 4, True, 0),
+    ],
+)
+def test_each_stage_runs_only_after_the_ones_before_passed(
+    built, tmp_path, monkeypatch, failing, code, ran, counted, overall
+):
     seen = []
     out = tmp_path / "out"
     monkeypatch.setattr(gpu_gate, "_run", _fake({failing: code}, seen, out / "bench" / "kernel-results.json"))
-    steps, found = gpu_gate.run_gate(built.manifest_path, out, suite="quick", workers=2, baseline_dir=tmp_path / "b",
-                                     count_baseline=counted)  # fmt: skip
+    steps, found = gpu_gate.run_gate(
+        built.manifest_path, out, suite="quick", workers=2, baseline_dir=tmp_path / "b", count_baseline=counted
+    )
     assert len(seen) == ran and found == overall
     suite = seen[0][1]
     assert suite[suite.index("-n") + 1] == "2" and "--require-gpu" in suite, "one xdist worker per GPU asked for"
@@ -67,8 +74,7 @@ def test_the_baseline_side_is_the_candidate_only_for_the_baselines_own_change(tm
     assert gpu_gate.baseline_side("abc", path) == "base"
 
 
-def test_a_change_of_another_subject_is_refused_before_any_stage(tmp_path, monkeypatch):
-    from ci.core.errors import UsageError
+def test_a_triton_change_gets_the_triton_stages_and_the_threshold_reaches_both_verdicts(tmp_path, monkeypatch):
     from ci.trees import variants
 
     release = make_release(tmp_path / "r")
@@ -78,7 +84,36 @@ def test_a_change_of_another_subject_is_refused_before_any_stage(tmp_path, monke
     patch.write_text(diff(str(triton.relative_to(release.root)), "K = 1\n", "K = 2\n"))
     trees = build.build_trees(build.BuildOptions(patch=patch, contract="none", out=tmp_path / "t"), release=release)
     seen: list = []
+    monkeypatch.setattr(gpu_gate, "_run", _fake({"triton-moe bench": 12}, seen))
+    steps, code = gpu_gate.run_gate(
+        trees.manifest_path, tmp_path / "o", suite="quick", workers=1, baseline_dir=tmp_path, threshold=0.05
+    )
+    assert code == 12 and [s.name for s in steps][:2] == ["GPU equivalence suite", "triton-moe bench"]
+    suite, bench = seen[0][1], seen[1][1]
+    assert "tests/triton_moe" in suite and "tests/ep_marlin" not in suite
+    assert bench[bench.index("-m") + 1] == "ci.triton_moe.bench" and "--suite" in bench
+    assert steps[1].output.endswith("triton-moe-results.json")
+    seen.clear()
     monkeypatch.setattr(gpu_gate, "_run", _fake({}, seen))
-    with pytest.raises(UsageError, match="gpu_gate runs the Marlin subject; for a Triton fused-MoE change run"):
-        gpu_gate.run_gate(trees.manifest_path, tmp_path / "o", suite="quick", workers=1, baseline_dir=tmp_path)
+    gpu_gate.run_gate(
+        trees.manifest_path, tmp_path / "o2", suite="quick", workers=1, baseline_dir=tmp_path, threshold=0.05
+    )
+    verdicts = [argv for name, argv in seen if "verdict" in name]
+    assert len(verdicts) == 2 and all(argv[argv.index("--threshold") + 1] == "0.05" for argv in verdicts)
+
+
+def test_a_change_no_subject_with_gpu_stages_enters_is_refused_before_any_stage(built, tmp_path, monkeypatch):
+    from ci.core.errors import UsageError
+
+    seen: list = []
+    monkeypatch.setattr(gpu_gate, "_run", _fake({}, seen))
+    monkeypatch.setattr(gpu_gate.subjects, "by_entry_module", lambda entry: None)
+    with pytest.raises(UsageError, match="which no subject with GPU stages registered"):
+        gpu_gate.run_gate(built.manifest_path, tmp_path / "o", suite="quick", workers=1, baseline_dir=tmp_path)
     assert seen == []
+
+
+def test_the_cli_refuses_a_threshold_that_is_not_a_fraction(built, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        gpu_gate.main(["--manifest", str(built.manifest_path), "--out", str(tmp_path / "o"), "--threshold", "3"])
+    assert exc.value.code == 2 and "strictly between 0 and 1" in capsys.readouterr().err

@@ -63,11 +63,17 @@ def _report(nodeid: str, *, gpu: bool = False, skip_reason: str | None = None):
 def test_only_the_subjects_own_tests_of_the_runs_kind_are_counted(tmp_path):
     trees = SimpleNamespace(manifest=SimpleNamespace(entry_module="", contract=None))
     stats = {
-        "passed": [_report("tests/ep_marlin/test_block_size_selection.py::a"), _report("tests/unit/test_x.py::b"),
-                   _report("tests/ep_marlin/test_mutants.py::c"), _report("tests/triton_moe/test_y.py::d")],
-        "skipped": [_report("tests/ep_marlin/test_gpu_equivalence.py::e", gpu=True, skip_reason="needs a GPU"),
-                    _report("tests/ep_marlin/test_block_size_selection.py::f", skip_reason="no pin")],
-    }  # fmt: skip
+        "passed": [
+            _report("tests/ep_marlin/test_block_size_selection.py::a"),
+            _report("tests/unit/test_x.py::b"),
+            _report("tests/ep_marlin/test_mutants.py::c"),
+            _report("tests/triton_moe/test_y.py::d"),
+        ],
+        "skipped": [
+            _report("tests/ep_marlin/test_gpu_equivalence.py::e", gpu=True, skip_reason="needs a GPU"),
+            _report("tests/ep_marlin/test_block_size_selection.py::f", skip_reason="no pin"),
+        ],
+    }
     assert _subject_checks(stats, trees, on_gpu=False) == (1, 1, "no pin")
     assert _subject_checks(stats, trees, on_gpu=True) == (0, 1, "needs a GPU")
 
@@ -75,8 +81,10 @@ def test_only_the_subjects_own_tests_of_the_runs_kind_are_counted(tmp_path):
 def test_the_verdict_quotes_the_first_failing_case_and_words_the_advice_by_the_contract():
     """Item 9: the line said 'read the first case below' where only case ids followed, and spoke of the
     contract's rule when there was no contract."""
-    failed = ["tests/ep_marlin/test_block_size_selection.py::test_candidate_keeps_the_invariants_and_its_contract"
-              "[E8-ep4-topk2-default]"]  # fmt: skip
+    failed = [
+        "tests/ep_marlin/test_block_size_selection.py::test_candidate_keeps_the_invariants_and_its_contract"
+        "[E8-ep4-topk2-default]"
+    ]
     message = "AssertionError: 3 of 111 cases break the invariants:\nM=1 topk=2 E=8 G=32: block_size_m 7 is not one"
     with_contract = verdict_line(failed, 10, "CPU tier", first_message=message, has_contract=True)
     assert "first case: M=1 topk=2 E=8 G=32: block_size_m 7 is not one)" in with_contract
@@ -124,8 +132,9 @@ def test_the_releases_call_sites_are_read_with_the_global_expert_count_they_pass
     forms = callers.non_ep_forms(_tree(tmp_path / "t2"))
     assert set(forms) == {"-1", "E", "unknown"}
     assert any("from the modular kernel, which turns -1 into E" in s for s in forms["E"])
-    assert forms["unknown"] == ["vllm/model_executor/layers/fused_moe/experts.py:16 fused_marlin_moe("
-                                "global_num_experts=n * 2)"]  # fmt: skip
+    assert forms["unknown"] == [
+        "vllm/model_executor/layers/fused_moe/experts.py:16 fused_marlin_moe(global_num_experts=n * 2)"
+    ]
 
 
 def test_without_the_modular_kernels_conversion_a_passed_through_count_is_minus_one_only(tmp_path):
@@ -166,8 +175,9 @@ def test_a_non_ep_output_that_differs_with_another_tile_is_a_non_ep_change_not_w
         bench.check_outputs_agree(runner, "base", "candidate", {"base": 8, "candidate": 16})
     assert err.value.exit_code == ExitCode.FAILED
     assert "a non-EP change: the candidate picks block_size_m 16 where the base picks 8" in str(err.value)
-    assert bench.check_outputs_agree(runner, "base", "candidate", {"base": 8, "candidate": 16},
-                                     non_ep_declared=True)["ok"]  # fmt: skip
+    assert bench.check_outputs_agree(runner, "base", "candidate", {"base": 8, "candidate": 16}, non_ep_declared=True)[
+        "ok"
+    ]
     with pytest.raises(WrongResultsError, match="with the same tile"):
         bench.check_outputs_agree(runner, "base", "candidate", {"base": 8, "candidate": 8}, non_ep_declared=True)
     same = _Runner({"base": a, "candidate": a.clone()})
@@ -178,15 +188,15 @@ def test_a_non_ep_output_that_differs_with_another_tile_is_a_non_ep_change_not_w
 
 
 def test_a_bench_whose_only_failures_are_undeclared_non_ep_changes_exits_fail(tmp_path):
-    from ci.kernel import bench
+    from ci.host import outputs
 
     results = kernel_results()
     results.settings.update(failed_cases={"a": "a non-EP change"}, undeclared_cases=["a"])
     with pytest.raises(UndeclaredChangeError, match="changes the non-EP path, which its contract does not declare"):
-        bench.save_and_check(results, tmp_path / "k.json", "bench")
+        outputs.save_and_check(results, tmp_path / "k.json", "bench")
     results.settings.update(failed_cases={"a": "x", "b": "NaN"}, undeclared_cases=["a"])
     with pytest.raises(WrongResultsError):
-        bench.save_and_check(results, tmp_path / "k.json", "bench")
+        outputs.save_and_check(results, tmp_path / "k.json", "bench")
 
 
 # Item 5: baselines compare like with like -----------------------------------------------------------------
@@ -203,16 +213,41 @@ def _stored(tmp_path: Path, edit) -> Path:
     return tmp_path / "b"
 
 
-@pytest.mark.parametrize(("edit", "side", "says"), [
-    (lambda p: [c.update(unit="ms/call") for c in p["cases"]], "base", "is in 'us/call' in this run and in 'ms/call'"),
-    (lambda p: p["provenance"]["vllm"].update(version="0.26.0"), "base", "vLLM is '0.25.1' in this run and '0.26.0'"),
-    (lambda p: p["provenance"]["vllm"].update(patch_sha256="0" * 64), "candidate", "the candidate side's change is"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("edit", "side", "says"),
+    [
+        (
+            lambda p: [c.update(unit="ms/call") for c in p["cases"]],
+            "base",
+            "is in 'us/call' in this run and in 'ms/call'",
+        ),
+        (
+            lambda p: p["provenance"]["vllm"].update(version="0.26.0"),
+            "base",
+            "vLLM is '0.25.1' in this run and '0.26.0'",
+        ),
+        (
+            lambda p: p["provenance"]["vllm"].update(patch_sha256="0" * 64),
+            "candidate",
+            "the candidate side's change is",
+        ),
+    ],
+)
 def test_a_baseline_of_another_unit_release_or_change_is_a_data_error_naming_both(tmp_path, capsys, edit, side, says):
     """Item 5: a baseline in ms against results in us PASSed; the vLLM version and the change were not compared."""
     stored = _stored(tmp_path, edit)
-    args = ["--results", str(KERNEL), "--mode", "baseline", "--side", side, "--baseline-dir", str(stored),
-            "--out", str(tmp_path / "o")]  # fmt: skip
+    args = [
+        "--results",
+        str(KERNEL),
+        "--mode",
+        "baseline",
+        "--side",
+        side,
+        "--baseline-dir",
+        str(stored),
+        "--out",
+        str(tmp_path / "o"),
+    ]
     assert run_main(compare.main, args) == ExitCode.DATA == 7
     err = capsys.readouterr().err
     assert "not like with like" in err and says in err and err.count("\n") == 1
@@ -226,8 +261,18 @@ def test_not_like_with_like_names_both_files_both_values_the_other_side_and_the_
         [c.update(unit="ms/call") for c in payload["cases"]]
 
     stored = _stored(tmp_path, edit)
-    args = ["--results", str(KERNEL), "--mode", "baseline", "--side", "candidate", "--baseline-dir", str(stored),
-            "--out", str(tmp_path / "o")]  # fmt: skip
+    args = [
+        "--results",
+        str(KERNEL),
+        "--mode",
+        "baseline",
+        "--side",
+        "candidate",
+        "--baseline-dir",
+        str(stored),
+        "--out",
+        str(tmp_path / "o"),
+    ]
     assert run_main(compare.main, args) == ExitCode.DATA
     change = "ci/changes/marlin-ep-m-estimate/change.patch (sha256 dff18ea26166)"
     assert capsys.readouterr().err.strip() == (
@@ -264,7 +309,8 @@ def test_record_refuses_a_run_that_did_not_pass_unless_told_why(tmp_path, capsys
     assert str(err.value) == (
         f"{failing}: its A/B verdict is FAIL, not PASS: a baseline is what later runs must not be slower than, and "
         "this candidate is no such build. Record a run that PASSes, or give the reason this one should be the "
-        "baseline anyway: --reason '...' (it is stored in the baseline)")  # fmt: skip
+        "baseline anyway: --reason '...' (it is stored in the baseline)"
+    )
     assert not (tmp_path / "b").exists()
     path = baselines.record(failing, tmp_path / "b", reason="the new speed of the hardware we ship")
     stored = json.loads(path.read_text())["settings"]["recorded_despite"]
@@ -357,8 +403,11 @@ def test_an_unknown_or_abbreviated_option_is_refused_before_anything_builds(tmp_
 def test_every_sessions_description_is_a_whole_sentence():
     """Item 9: `nox -l` shows a docstring's first line, and three were cut mid-sentence."""
     tree = ast.parse((ROOT / "noxfile.py").read_text())
-    sessions = [f for f in tree.body if isinstance(f, ast.FunctionDef)
-                and any("session" in ast.unparse(d) for d in f.decorator_list)]  # fmt: skip
+    sessions = [
+        f
+        for f in tree.body
+        if isinstance(f, ast.FunctionDef) and any("session" in ast.unparse(d) for d in f.decorator_list)
+    ]
     assert len(sessions) >= 20
     for f in sessions:
         first = ast.get_docstring(f).split("\n", 1)[0]
@@ -458,12 +507,16 @@ def test_every_form_of_call_site_is_read_whatever_files_come_before_it(tmp_path)
         (28, "fused_marlin_moe", "E", "E", "(default)"),
         (31, "fused_marlin_moe", "(default)", "-1", "(default)"),
         (34, "batched_fused_marlin_moe", "(default)", "-1", "(default)"),
-    ]  # fmt: skip
+    ]
     forms = callers.non_ep_forms(tree)  # a batched site, the walk's first, is skipped, not the end of it
     where = "vllm/model_executor/layers/fused_moe/experts.py"
-    assert sorted(forms["-1"]) == sorted([f"{where}:10 fused_marlin_moe(global_num_experts=global_num_experts)",
-                                          f"{where}:16 fused_marlin_moe(global_num_experts=-1)",
-                                          f"{where}:31 fused_marlin_moe(global_num_experts=(default))"])  # fmt: skip
+    assert sorted(forms["-1"]) == sorted(
+        [
+            f"{where}:10 fused_marlin_moe(global_num_experts=global_num_experts)",
+            f"{where}:16 fused_marlin_moe(global_num_experts=-1)",
+            f"{where}:31 fused_marlin_moe(global_num_experts=(default))",
+        ]
+    )
 
 
 def test_a_passed_through_count_alone_is_e_through_the_modular_kernel(tmp_path):
@@ -472,12 +525,15 @@ def test_a_passed_through_count_alone_is_e_through_the_modular_kernel(tmp_path):
     assert forms == {"-1": [where], "E": [f"{where} from the modular kernel, which turns -1 into E"]}
 
 
-@pytest.mark.parametrize(("modular", "local"), [
-    (None, False),  # no modular_kernel.py: no conversion
-    ("if x == 2:\n    pass\nif global_num_experts == -1:\n    log()\n    global_num_experts = 8\n", True),
-    ("if global_num_experts == -1:\n    other = 8\n", False),  # another name set: no conversion
-    ("if global_num_experts == -1 or x:\n    global_num_experts = 8\n", False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("modular", "local"),
+    [
+        (None, False),  # no modular_kernel.py: no conversion
+        ("if x == 2:\n    pass\nif global_num_experts == -1:\n    log()\n    global_num_experts = 8\n", True),
+        ("if global_num_experts == -1:\n    other = 8\n", False),  # another name set: no conversion
+        ("if global_num_experts == -1 or x:\n    global_num_experts = 8\n", False),
+    ],
+)
 def test_the_modular_kernels_conversion_is_the_if_that_sets_the_count(tmp_path, modular, local):
     tree = _tree(tmp_path, modular=modular or "")
     if modular is None:

@@ -79,8 +79,9 @@ def test_sessions_install_only_hash_locks_when_required(noxfile, monkeypatch):
     monkeypatch.setenv(noxfile.HASHES_ENV, "1")
     session = FakeSession()
     noxfile._requirements(session, "test", "mutation")
-    assert session.installed == [("--require-hashes", "--no-deps", "-r", str(REQ / "test.lock"), "-r",
-                                  str(REQ / "mutation.lock"))]  # fmt: skip
+    assert session.installed == [
+        ("--require-hashes", "--no-deps", "-r", str(REQ / "test.lock"), "-r", str(REQ / "mutation.lock"))
+    ]
     with pytest.raises(SystemExit, match="does not exist: create it with `nox -s lock`"):
         noxfile._requirements(FakeSession(), "lint")
 
@@ -100,9 +101,30 @@ def test_gpu_sessions_use_the_release_lock_and_build_from_it(noxfile, monkeypatc
     assert session.installed == [("vllm==0.26.0",), ("-r", "requirements/test.txt")]
 
 
-def test_a_stage_killed_by_a_signal_exits_128_plus_the_signal_never_fail(noxfile):
+def test_a_stage_killed_by_a_signal_exits_128_plus_the_signal_never_fail():
     """A stage killed for memory returned -9, which the noxfile turned into 1, the FAIL code (issue 21, item 5)."""
-    assert noxfile.stage_code(-9) == 137 and noxfile.stage_code(-15) == 143
-    assert noxfile.stage_code(1) == 1 and noxfile.stage_code(10) == 10
-    assert noxfile.stage_code(5, noxfile.PYTEST_CODES) == 2 and noxfile.stage_code(1, noxfile.PYTEST_CODES) == 1
-    assert noxfile.stage_code(None) == noxfile.stage_code(0) == 70
+    from ci.core.errors import PYTEST_CODES
+    from ci.runner.stages import stage_code
+
+    assert stage_code(-9) == 137 and stage_code(-15) == 143
+    assert stage_code(1) == 1 and stage_code(10) == 10
+    assert stage_code(5, PYTEST_CODES) == 2 and stage_code(1, PYTEST_CODES) == 1
+    assert stage_code(None) == stage_code(0) == 70
+
+
+def test_sigterm_reaches_the_running_stage_as_an_interrupt():
+    """The relay finds this process's children (psutil) and sends each SIGINT, then stops nox like Ctrl-C."""
+    import signal
+    import subprocess
+    import sys
+
+    from ci.runner import stages
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert child.pid in stages.children()
+        with pytest.raises(KeyboardInterrupt):
+            stages.terminate_as_interrupt(signal.SIGTERM, None)
+        assert child.wait(timeout=20) != 0  # it got SIGINT: KeyboardInterrupt in the child
+    finally:
+        child.kill()

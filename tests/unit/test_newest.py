@@ -47,10 +47,14 @@ def _release(cache: Path, version: str, marlin: str, triton: str | None = "def f
     (root / ".unpacked").write_text(f"vllm-{version}-made-here.whl {'0' * 64}\n")
 
 
-OLD = ("def fused_marlin_moe(hidden_states, w1, global_num_experts=-1, input_dtype=None, g_idx1=None):\n    pass\n\n"
-       "def batched_fused_marlin_moe(hidden_states, w1):\n    pass\n")  # fmt: skip
-NEW = ("def fused_marlin_moe(hidden_states, w1, global_num_experts=-1, *, activation_config=None):\n    pass\n\n"
-       "def batched_fused_marlin_moe(hidden_states, w1):\n    pass\n")  # fmt: skip
+OLD = (
+    "def fused_marlin_moe(hidden_states, w1, global_num_experts=-1, input_dtype=None, g_idx1=None):\n    pass\n\n"
+    "def batched_fused_marlin_moe(hidden_states, w1):\n    pass\n"
+)
+NEW = (
+    "def fused_marlin_moe(hidden_states, w1, global_num_experts=-1, *, activation_config=None):\n    pass\n\n"
+    "def batched_fused_marlin_moe(hidden_states, w1):\n    pass\n"
+)
 
 
 def test_the_signatures_are_read_from_the_release_and_a_missing_one_is_none(tmp_path):
@@ -97,13 +101,29 @@ def test_differences_name_a_new_function_and_a_reordering():
     sig = newest.Signature
     old = {n: sig(n, ("a", "b")) for n in newest.ENTRY_POINTS} | {"fused_experts": sig("fused_experts", None)}
     new = {n: sig(n, ("b", "a")) for n in newest.ENTRY_POINTS}
-    assert newest.differences(old, new) == ["fused_marlin_moe takes its parameters in another order",
-                                            "batched_fused_marlin_moe takes its parameters in another order",
-                                            "fused_experts is new"]  # fmt: skip
+    assert newest.differences(old, new) == [
+        "fused_marlin_moe takes its parameters in another order",
+        "batched_fused_marlin_moe takes its parameters in another order",
+        "fused_experts is new",
+    ]
 
 
 def test_the_module_runs_as_a_command(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "ci.trees.newest", "--followed", "0.33.0", "--newest", "0.33.0",
-                           "--cache", str(tmp_path)], capture_output=True, text=True, check=False,
-                          cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ci.trees.newest",
+            "--followed",
+            "0.33.0",
+            "--newest",
+            "0.33.0",
+            "--cache",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert done.returncode == 0 and "the gate follows 0.33.0" in done.stdout

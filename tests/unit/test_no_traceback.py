@@ -32,8 +32,12 @@ RESULTS = {
 }
 # the README's table, without INTERNAL (70): what a run may end with on any input
 CODES = {int(c) for c in ExitCode} - {int(ExitCode.INTERNAL)}
-SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+SETTINGS = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=8),
@@ -118,8 +122,16 @@ def test_a_baseline_broken_anywhere_ends_with_a_code(name, tmp_path, capsys):
         stored_path.write_text(json.dumps(broken))
         out = tmp_path / "out"
         shutil.rmtree(out, ignore_errors=True)
-        args = ["--results", str(RESULTS[name]), "--mode", "baseline", "--baseline-dir", str(tmp_path / "b"),
-                "--out", str(out)]  # fmt: skip
+        args = [
+            "--results",
+            str(RESULTS[name]),
+            "--mode",
+            "baseline",
+            "--baseline-dir",
+            str(tmp_path / "b"),
+            "--out",
+            str(out),
+        ]
         _ends_with_a_code(run_main(compare.main, args), capsys.readouterr().err)
 
     check()
@@ -139,8 +151,9 @@ def test_a_manifest_broken_anywhere_is_a_data_error_or_loads(tmp_path):
 
     release = make_release(tmp_path / "rel")
     (tmp_path / "p.patch").write_text(diff(MOD, BEFORE, AFTER))
-    trees = build.build_trees(build.BuildOptions(patch=tmp_path / "p.patch", out=tmp_path / "t", contract="none"),
-                              release=release)  # fmt: skip
+    trees = build.build_trees(
+        build.BuildOptions(patch=tmp_path / "p.patch", out=tmp_path / "t", contract="none"), release=release
+    )
     payload = json.loads(trees.manifest_path.read_text())
 
     @SETTINGS
@@ -158,11 +171,50 @@ def test_a_manifest_broken_anywhere_is_a_data_error_or_loads(tmp_path):
 CONTRACT_HEAD = (
     'NAME = "x"\nUPSTREAM = "u"\nSUMMARY = "s"\nCHANGES_NON_EP = False\nCHANGES_EP = True\nCHANGES_BATCHED = False\n'
 )
-TOKENS = ["def f(x):", "    return", "match x:", "    case object(__globals__=g):", "class C:", "import os",
-          "from ci.kernel import spec", "spec.", "__import__", "__builtins__", "lambda: 0", "(", ")", "[", "]",
-          "-", "not", "x.__class__", "g", "=", "1", "'s'", ":", "\n", "    ", "for i in range(3):", "while 1:",
-          "yield", "global x", "try:", "except:", "with x:", "*", "**", "@f", "ENTRY_MODULE = 'vllm.x'",
-          "fused_block_size_m = 3", "SETTINGS = {}", "a if b else c", "{**x}", "f'{x!r}'", ";"]  # fmt: skip
+TOKENS = [
+    "def f(x):",
+    "    return",
+    "match x:",
+    "    case object(__globals__=g):",
+    "class C:",
+    "import os",
+    "from ci.moe import spec",
+    "spec.",
+    "__import__",
+    "__builtins__",
+    "lambda: 0",
+    "(",
+    ")",
+    "[",
+    "]",
+    "-",
+    "not",
+    "x.__class__",
+    "g",
+    "=",
+    "1",
+    "'s'",
+    ":",
+    "\n",
+    "    ",
+    "for i in range(3):",
+    "while 1:",
+    "yield",
+    "global x",
+    "try:",
+    "except:",
+    "with x:",
+    "*",
+    "**",
+    "@f",
+    "ENTRY_MODULE = 'vllm.x'",
+    "fused_block_size_m = 3",
+    "SETTINGS = {}",
+    "a if b else c",
+    "{**x}",
+    "f'{x!r}'",
+    ";",
+]
 
 
 @SETTINGS
@@ -181,12 +233,29 @@ def test_any_contract_text_loads_or_is_a_contract_error(text):
             assert str(exc).startswith(str(path))
 
 
-PATCH_LINES = ["diff --git a/vllm/layers/mod.py b/vllm/layers/mod.py", "--- a/vllm/layers/mod.py",
-               "+++ b/vllm/layers/mod.py", "@@ -4,3 +4,3 @@", "@@ -1 +1 @@", " def pick(m):", "-    m = m",
-               "+    m = m // 2", "     return m", "GIT binary patch", "literal 0", "HcmV?d00001",
-               "new file mode 100644", "rename from vllm/a.py", "rename to ../../etc/x", "deleted file mode 100644",
-               "Binary files differ", "--- /dev/null", "+++ b/vllm/new.py", "+x = 1",
-               "\\ No newline at end of file"]  # fmt: skip
+PATCH_LINES = [
+    "diff --git a/vllm/layers/mod.py b/vllm/layers/mod.py",
+    "--- a/vllm/layers/mod.py",
+    "+++ b/vllm/layers/mod.py",
+    "@@ -4,3 +4,3 @@",
+    "@@ -1 +1 @@",
+    " def pick(m):",
+    "-    m = m",
+    "+    m = m // 2",
+    "     return m",
+    "GIT binary patch",
+    "literal 0",
+    "HcmV?d00001",
+    "new file mode 100644",
+    "rename from vllm/a.py",
+    "rename to ../../etc/x",
+    "deleted file mode 100644",
+    "Binary files differ",
+    "--- /dev/null",
+    "+++ b/vllm/new.py",
+    "+x = 1",
+    "\\ No newline at end of file",
+]
 
 
 @SETTINGS

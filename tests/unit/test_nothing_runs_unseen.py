@@ -28,8 +28,14 @@ TRITON_ENTRY = variants.ENTRY_MODULES[1].replace(".", "/") + ".py"
 
 
 def _git(cwd: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "HOME": str(cwd), "PATH": "/usr/bin:/bin"}  # fmt: skip
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "HOME": str(cwd),
+        "PATH": "/usr/bin:/bin",
+    }
     return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout
 
 
@@ -126,8 +132,9 @@ def test_bytecode_written_into_a_tree_after_the_build_stops_the_candidate(tmp_pa
     difference the build did not record."""
     release = make_release(tmp_path / "rel")
     (tmp_path / "p.patch").write_text(diff(MOD, BEFORE, AFTER))
-    trees = build.build_trees(build.BuildOptions(patch=tmp_path / "p.patch", out=tmp_path / "t", contract="none"),
-                              release=release)  # fmt: skip
+    trees = build.build_trees(
+        build.BuildOptions(patch=tmp_path / "p.patch", out=tmp_path / "t", contract="none"), release=release
+    )
     (trees.candidate / "vllm" / "layers" / "__pycache__").mkdir()
     (trees.candidate / "vllm" / "layers" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"\x00" * 16)
     with pytest.raises(DataError, match="no longer differ as the manifest records"):
@@ -209,16 +216,19 @@ def test_changed_lines_are_the_candidates_added_and_replaced_ones():
 def _measured_trees(tmp_path: Path, new: str, old: str = BEFORE):
     release = make_release(tmp_path / "rel", text=old)
     (tmp_path / "p.patch").write_text(diff(MOD, old, new))
-    return build.build_trees(build.BuildOptions(patch=tmp_path / "p.patch", out=tmp_path / "t", contract="none"),
-                             release=release)  # fmt: skip
+    return build.build_trees(
+        build.BuildOptions(patch=tmp_path / "p.patch", out=tmp_path / "t", contract="none"), release=release
+    )
 
 
 def _record(trees, folder: Path, lines: list[int]) -> None:
     _record_lines(trees, folder, {MOD: lines})
 
 
-NEW = ("import os\n\n\ndef pick(m):\n    m = (m //\n         2)\n    # a comment\n    if m > 100:  # pragma: no cover\n"
-       "        m = 100\n    return m\n\n\nLIMIT = 3\n")  # fmt: skip
+NEW = (
+    "import os\n\n\ndef pick(m):\n    m = (m //\n         2)\n    # a comment\n    if m > 100:  # pragma: no cover\n"
+    "        m = 100\n    return m\n\n\nLIMIT = 3\n"
+)
 
 
 def test_the_changed_statements_are_mapped_through_coverages_parser(tmp_path):
@@ -285,16 +295,26 @@ def _toy_trees(tmp_path: Path, files: dict[str, tuple[bytes | None, bytes | None
         what = treediff.ADDED if old is None else treediff.REMOVED if new is None else treediff.MODIFIED
         changes.append(treediff.FileChange(path=rel, sha256_before=None, sha256_after=None, what=what))
     changes += [treediff.FileChange(path=p, sha256_before=None, sha256_after=None, what=w) for p, w in others]
-    m = TreeManifest(vllm_version="0.0.0", vllm_source="toy", patch_path="p", patch_sha256="0", reverse=False,
-                     base="base", candidate="candidate", changed_files=tuple(changes))  # fmt: skip
+    m = TreeManifest(
+        vllm_version="0.0.0",
+        vllm_source="toy",
+        patch_path="p",
+        patch_sha256="0",
+        reverse=False,
+        base="base",
+        candidate="candidate",
+        changed_files=tuple(changes),
+    )
     base, candidate = tmp_path / "base", tmp_path / "candidate"
     return Trees(manifest_path=tmp_path / "m.json", manifest=m, base=base, candidate=candidate)
 
 
 def test_only_added_and_modified_python_files_are_the_changes_code(tmp_path):
-    trees = _toy_trees(tmp_path, {"a.py": (b"x = 1\n", b"x = 2\n"), "gone.py": (b"y = 1\n", None),
-                                  "new.py": (None, b"z = 1\n")},
-                       others=[("README.md", treediff.MODIFIED), ("tool.py", treediff.MODE)])  # fmt: skip
+    trees = _toy_trees(
+        tmp_path,
+        {"a.py": (b"x = 1\n", b"x = 2\n"), "gone.py": (b"y = 1\n", None), "new.py": (None, b"z = 1\n")},
+        others=[("README.md", treediff.MODIFIED), ("tool.py", treediff.MODE)],
+    )
     assert changed_lines.changed_python_files(trees) == ["a.py", "new.py"]
     assert changed_lines.changed_statements(trees) == {"a.py": [1], "new.py": [1]}  # an added file: every line
 
@@ -332,12 +352,14 @@ def _record_lines(trees, folder: Path, lines: dict[str, list[int]]) -> None:
 
 
 def test_every_file_a_run_never_entered_has_all_its_changed_statements_named(tmp_path):
-    trees = _toy_trees(tmp_path, {"a.py": (b"x = 1\n", b"x = 2\ny = 3\n"), "b.py": (b"", b"z = 1\nw = 2\n"),
-                                  "c.py": (b"", b"v = 1\n")})  # fmt: skip
+    trees = _toy_trees(
+        tmp_path, {"a.py": (b"x = 1\n", b"x = 2\ny = 3\n"), "b.py": (b"", b"z = 1\nw = 2\n"), "c.py": (b"", b"v = 1\n")}
+    )
     _record_lines(trees, tmp_path / "run", {"a.py": [1], "c.py": [1]})  # b.py never ran
     report = changed_lines.summarize(trees, tmp_path / "run")
-    assert report == changed_lines.LineReport(measured=True, statements=5, executed=2,
-                                              unexecuted=["a.py:2", "b.py:1", "b.py:2"])  # fmt: skip
+    assert report == changed_lines.LineReport(
+        measured=True, statements=5, executed=2, unexecuted=["a.py:2", "b.py:1", "b.py:2"]
+    )
 
 
 def test_an_unmeasured_run_keeps_the_count_and_says_why(tmp_path, monkeypatch):
@@ -347,9 +369,13 @@ def test_an_unmeasured_run_keeps_the_count_and_says_why(tmp_path, monkeypatch):
     )
     monkeypatch.setitem(sys.modules, "coverage", None)
     assert changed_lines.summarize(trees, tmp_path / "absent") == changed_lines.LineReport(
-        measured=False, statements=2, why_not_measured=(
+        measured=False,
+        statements=2,
+        why_not_measured=(
             "coverage.py is not installed, so no changed line was measured: install it (coverage==7.17.5, "
-            "requirements/test.txt), or run the tier through its nox session"))  # fmt: skip
+            "requirements/test.txt), or run the tier through its nox session"
+        ),
+    )
 
 
 def _run_toy(trees, folder: Path, rel: str = "a.py"):
@@ -395,8 +421,13 @@ def test_the_unrun_lines_are_shown_eight_at_most_and_the_report_is_written_as_js
     assert changed_lines.shown(lines[:8]) == ", ".join(lines[:8])
     assert changed_lines.shown(lines[:9], limit=9) == ", ".join(lines[:9])
     report = changed_lines.LineReport(measured=True, statements=3, executed=2, unexecuted=["a.py:3"])
-    assert report.to_json() == {"measured": True, "statements": 3, "executed": 2, "unexecuted": ["a.py:3"],
-                                "why_not_measured": ""}  # fmt: skip
+    assert report.to_json() == {
+        "measured": True,
+        "statements": 3,
+        "executed": 2,
+        "unexecuted": ["a.py:3"],
+        "why_not_measured": "",
+    }
     changed_lines.write(report, tmp_path / "lines.json")
     assert (tmp_path / "lines.json").read_text() == (
         '{\n "measured": true,\n "statements": 3,\n "executed": 2,\n "unexecuted": [\n  "a.py:3"\n ],\n'

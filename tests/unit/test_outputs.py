@@ -1,4 +1,4 @@
-"""The output names of ci/runner/outputs.py are the ones the noxfile and the workflows use."""
+"""The output names of ci/host/outputs.py are the ones the noxfile and the workflows use."""
 
 from __future__ import annotations
 
@@ -6,20 +6,19 @@ import re
 from pathlib import Path
 
 from ci.core import compare
-from ci.runner import outputs
+from ci.host import outputs
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_workflows_read_the_stages_outputs_by_their_names():
     """Every `.gate/out/...` file a workflow names is one a stage writes under that name."""
-    names = {outputs.KERNEL_RESULTS, outputs.TPOT_RESULTS, outputs.SUITE_JUNIT, outputs.SUITE_SUMMARY,
-             *outputs.VERDICT}  # fmt: skip
+    names = {outputs.KERNEL_RESULTS, outputs.TPOT_RESULTS, outputs.SUITE_JUNIT, outputs.SUITE_SUMMARY, *outputs.VERDICT}
     found = []
     for yml in sorted((ROOT / ".github").rglob("*.yml")):
         for path in re.findall(r"\.gate/out/[\w./-]+\.(?:json|xml|md|png)", yml.read_text()):
             found.append(path)
-            assert Path(path).name in names, f"{yml.name} reads {path}, which no stage writes (ci/runner/outputs.py)"
+            assert Path(path).name in names, f"{yml.name} reads {path}, which no stage writes (ci/host/outputs.py)"
     assert found, "no workflow reads a stage's output: the pattern above no longer matches them"
 
 

@@ -29,8 +29,13 @@ A long description that is not a header.
 
 def test_the_rule_keeps_what_imports_need_and_drops_gpu_extras_and_false_markers():
     lines, dropped = release_deps.cpu_tier_requirements(METADATA)
-    assert lines == ["torch==2.14.*", "regex", "transformers<5.21.0,>=5.16.1", "six>=1.16.0",
-                     "mistral_common[image]>=1.11.6"]  # fmt: skip
+    assert lines == [
+        "torch==2.14.*",
+        "regex",
+        "transformers<5.21.0,>=5.16.1",
+        "six>=1.16.0",
+        "mistral_common[image]>=1.11.6",
+    ]
     why = dict(dropped)
     assert why['protobuf==7.36.1; platform_machine == "s390x"'] == "its marker is false here"
     assert why['pandas; extra == "bench"'] == "an extra"
@@ -42,9 +47,13 @@ def test_the_rule_keeps_what_imports_need_and_drops_gpu_extras_and_false_markers
 
 @pytest.mark.parametrize(
     ("line", "want"),
-    [("torch==2.14.0", "torch==2.14.*"), ("torch==2.11.0", "torch==2.11.*"), ("torch>=2.9", "torch>=2.9"),
-     ("torch==2.14.0rc1", "torch==2.14.0rc1")],
-)  # fmt: skip
+    [
+        ("torch==2.14.0", "torch==2.14.*"),
+        ("torch==2.11.0", "torch==2.11.*"),
+        ("torch>=2.9", "torch>=2.9"),
+        ("torch==2.14.0rc1", "torch==2.14.0rc1"),
+    ],
+)
 def test_torch_is_held_to_the_release_minor_series(line, want):
     from packaging.requirements import Requirement
 

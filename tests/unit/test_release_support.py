@@ -30,8 +30,11 @@ def test_each_hunk_is_cut_out_whole_even_a_removed_line_that_starts_with_dashes(
     text = diff(MOD, "a\n-- b\nc\n" + OLD, "a\nc\n" + NEW) + no_newline
     hunks = patching.split_hunks(text)
     assert [(path, header) for path, header, _ in hunks] == [
-        (MOD, "@@ -1,9 +1,8 @@"), (MOD, "@@ -20,7 +19,7 @@"), (MOD, "@@ -38,6 +37,6 @@"),
-        ("vllm/other.py", "@@ -1,2 +1,2 @@")]  # fmt: skip
+        (MOD, "@@ -1,9 +1,8 @@"),
+        (MOD, "@@ -20,7 +19,7 @@"),
+        (MOD, "@@ -38,6 +37,6 @@"),
+        ("vllm/other.py", "@@ -1,2 +1,2 @@"),
+    ]
     first = hunks[0][2]
     assert first.startswith(f"diff --git a/{MOD} b/{MOD}\n--- a/{MOD}\n+++ b/{MOD}\n@@ -1,9")
     assert "\n--- b\n" in first and "x20" not in first  # the removed "-- b" stays in its hunk, which ends there
@@ -86,8 +89,7 @@ def test_the_shipped_change_has_its_0_34_0_version_and_only_that():
 
 def test_release_options():
     assert parse_release_args([], default=("newest", "0.33.0")) == (("newest", "0.33.0"), ())
-    got = parse_release_args(["--release", "newest", "0.34.0", "-q", "--release", "0.8.5.post1", "-k", "x"],
-                             default=())  # fmt: skip
+    got = parse_release_args(["--release", "newest", "0.34.0", "-q", "--release", "0.8.5.post1", "-k", "x"], default=())
     assert got == (("newest", "0.34.0", "0.8.5.post1"), ("-q", "-k", "x"))
     for bad in (["--release", "latest"], ["--release", "0.34"], ["--release", "0.35.0rc1"]):
         with pytest.raises(UsageError, match=r"expected 'newest' or a release such as 0\.34\.0") as err:
@@ -137,7 +139,10 @@ def test_a_later_release_with_0_34_0s_default_config_gets_its_rules(monkeypatch)
 def test_the_wna16_cuda_config_of_each_release():
     args = dict(experts=128, n=1536, k=2048, topk=8, dtype="int4_w4a16", block_shape=[0, 128])
     assert spec.default_config(3, **args) == {"BLOCK_SIZE_M": 3, "SPLIT_K": 1}
-    assert spec.default_config(3, **args, rules=spec.RULES["0.34.0"]) == {"BLOCK_SIZE_M": 4, "GROUP_SIZE_M": 1,
-                                                                           "SPLIT_K": 1}  # fmt: skip
+    assert spec.default_config(3, **args, rules=spec.RULES["0.34.0"]) == {
+        "BLOCK_SIZE_M": 4,
+        "GROUP_SIZE_M": 1,
+        "SPLIT_K": 1,
+    }
     assert spec.default_config(1, **args, rules=spec.RULES["0.33.0"])["BLOCK_SIZE_M"] == 1
     assert spec.default_config(60, **args, rules=spec.RULES["0.33.0"])["BLOCK_SIZE_M"] == 16

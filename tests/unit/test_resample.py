@@ -23,8 +23,12 @@ AA9 = RUNS.parent / "tpot-9-pairs" / "pr-aa-1.json"  # an A/A of pr as it is now
 
 
 def _case(base, cand, base_ids, cand_ids=None) -> CaseResult:
-    return CaseResult(id="c", unit="ms", samples={"base": base, "candidate": cand},
-                      extra={"captures": {"base": base_ids, "candidate": cand_ids or base_ids}})  # fmt: skip
+    return CaseResult(
+        id="c",
+        unit="ms",
+        samples={"base": base, "candidate": cand},
+        extra={"captures": {"base": base_ids, "candidate": cand_ids or base_ids}},
+    )
 
 
 def test_the_numbers_resampled_are_the_ones_the_gate_judges():
@@ -82,8 +86,20 @@ def test_the_same_seed_gives_the_same_shares_and_bad_arguments_raise():
 
 def test_the_stage_writes_its_table_and_replaces_only_its_own(tmp_path, capsys):
     out = tmp_path / "rs"
-    argv = ["--results", *map(str, AA), str(AA9), "--out", str(out), "--captures", "6,12", "--trials", "200",
-            "--rounds", "1", "--earlier-designs"]  # fmt: skip
+    argv = [
+        "--results",
+        *map(str, AA),
+        str(AA9),
+        "--out",
+        str(out),
+        "--captures",
+        "6,12",
+        "--trials",
+        "200",
+        "--rounds",
+        "1",
+        "--earlier-designs",
+    ]
     assert run_main(resample.main, argv) == 0
     payload = json.loads((out / resample.OUTPUT_JSON).read_text())
     assert payload["kind"] == resample.KIND and payload["gpu"] == "NVIDIA H200 x1"
@@ -151,8 +167,16 @@ def test_an_incomplete_run_is_incomplete_and_runs_of_different_gpus_do_not_mix(t
     def other_gpu(raw):
         raw["provenance"]["gpu"]["gpus"][0]["name"] = "NVIDIA H100"
 
-    argv = ["--results", str(AA[0]), str(_edited(tmp_path, other_gpu)), "--out", str(tmp_path / "rs"),
-            "--trials", "100", "--earlier-designs"]  # fmt: skip
+    argv = [
+        "--results",
+        str(AA[0]),
+        str(_edited(tmp_path, other_gpu)),
+        "--out",
+        str(tmp_path / "rs"),
+        "--trials",
+        "100",
+        "--earlier-designs",
+    ]
     assert run_main(resample.main, argv) == ExitCode.USAGE
     assert "measured different things" in capsys.readouterr().err
 

@@ -10,12 +10,27 @@ from ci.core import schema as s
 from ci.core.errors import DataError
 
 
-@pytest.mark.parametrize(("value", "kind", "ok"), [
-    (1, s.NUMBER, True), (1.5, s.NUMBER, True), (True, s.NUMBER, False), (math.nan, s.NUMBER, False),
-    (math.inf, s.NUMBER, False), ("1", s.NUMBER, False), (0, s.POSITIVE, False), (0.1, s.POSITIVE, True),
-    (-1, s.POSITIVE, False), (3, s.INTEGER, True), (3.0, s.INTEGER, False), (False, s.INTEGER, False),
-    ("x", s.STRING, True), (1, s.STRING, False), (True, s.BOOLEAN, True), (0, s.BOOLEAN, False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "kind", "ok"),
+    [
+        (1, s.NUMBER, True),
+        (1.5, s.NUMBER, True),
+        (True, s.NUMBER, False),
+        (math.nan, s.NUMBER, False),
+        (math.inf, s.NUMBER, False),
+        ("1", s.NUMBER, False),
+        (0, s.POSITIVE, False),
+        (0.1, s.POSITIVE, True),
+        (-1, s.POSITIVE, False),
+        (3, s.INTEGER, True),
+        (3.0, s.INTEGER, False),
+        (False, s.INTEGER, False),
+        ("x", s.STRING, True),
+        (1, s.STRING, False),
+        (True, s.BOOLEAN, True),
+        (0, s.BOOLEAN, False),
+    ],
+)
 def test_scalars_are_what_they_say_and_a_boolean_is_no_number(value, kind, ok):
     found = s.problem(value, kind, "f")
     assert (found is None) == ok
@@ -24,8 +39,11 @@ def test_scalars_are_what_they_say_and_a_boolean_is_no_number(value, kind, ok):
 
 
 def test_containers_name_the_first_wrong_place():
-    spec = {"rounds": s.ListOf({"build": s.STRING, "ms": s.Opt(s.POSITIVE)}), "sweep": s.MapOf(s.ListOf(s.POSITIVE),
-            digits=True), "label": s.Opt(s.OneOf((s.STRING, s.INTEGER)))}  # fmt: skip
+    spec = {
+        "rounds": s.ListOf({"build": s.STRING, "ms": s.Opt(s.POSITIVE)}),
+        "sweep": s.MapOf(s.ListOf(s.POSITIVE), digits=True),
+        "label": s.Opt(s.OneOf((s.STRING, s.INTEGER))),
+    }
     good = {"rounds": [{"build": "base", "ms": None}, {"build": "c"}], "sweep": {"8": [1.0]}, "label": 3}
     assert s.problem(good, spec, "extra") is None
     assert s.problem({**good, "rounds": {}}, spec, "extra") == "extra.rounds should be a list of an object, found {}"
@@ -61,8 +79,10 @@ def test_a_case_names_the_file_the_case_and_the_field_and_absent_fields_are_fine
     s.check_case("f.json", "c", {"info": {"block_size_m": {"base": None}}}, schema)
     with pytest.raises(DataError) as err:
         s.check_case("f.json", "c", {"info": {}, "extra": {"correctness": {"ok": "yes"}}}, schema)
-    assert str(err.value) == ("f.json: case 'c': extra.correctness.ok should be true or false, found 'yes'; "
-                              "re-create the file with the stage that writes it")  # fmt: skip
+    assert str(err.value) == (
+        "f.json: case 'c': extra.correctness.ok should be true or false, found 'yes'; "
+        "re-create the file with the stage that writes it"
+    )
     with pytest.raises(DataError, match=r"case .c.: info\.block_size_m"):
         s.check_case("f.json", "c", {"info": {"block_size_m": 8}}, schema)
 
@@ -91,5 +111,7 @@ def test_a_results_file_with_a_malformed_case_is_refused_naming_the_file_and_the
     path = saved(results, tmp_path / "k.json")
     with pytest.raises(DataError) as err:
         load_results(path)
-    assert str(err.value) == (f"{path}: case {results.cases[0].id!r}: info.block_size_m should be an object with "
-                              "string keys, found 8; re-create the file with the stage that writes it")  # fmt: skip
+    assert str(err.value) == (
+        f"{path}: case {results.cases[0].id!r}: info.block_size_m should be an object with "
+        "string keys, found 8; re-create the file with the stage that writes it"
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ci.kernel import spec
+from ci.moe import spec
 
 
 @pytest.mark.parametrize(
@@ -49,11 +49,12 @@ def test_align_gets_global_count():
 
 
 def test_one_model_registry_for_the_bench_the_gpu_suite_and_the_served_configs():
-    """ci.kernel.shapes is the only place a model's MoE shape is written: the bench's suite uses it at full size,
+    """ci.moe.shapes is the only place a model's MoE shape is written: the bench's suite uses it at full size,
     the GPU suite scales it down, and the configs the TPOT stage serves must agree with it."""
     import json
 
-    from ci.kernel import shapes, suites
+    from ci.kernel import suites
+    from ci.moe import shapes
     from ci.serving import config as serving_config
 
     assert suites.MODEL_SHAPES["deepseek-v3"] == (7168, 2048, 256, 8)
@@ -70,8 +71,17 @@ def test_one_model_registry_for_the_bench_the_gpu_suite_and_the_served_configs()
         assert got == (m.hidden, m.intermediate, m.experts, m.topk), config_dir
 
 
-@pytest.mark.parametrize(("version", "has"), [("0.25.1", False), ("0.25.2.dev40+gabc", False), ("0.26.0", True),
-                                              ("0.26.0rc1", True), ("0.34.0", True), ("1.0", True)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("version", "has"),
+    [
+        ("0.25.1", False),
+        ("0.25.2.dev40+gabc", False),
+        ("0.26.0", True),
+        ("0.26.0rc1", True),
+        ("0.34.0", True),
+        ("1.0", True),
+    ],
+)
 def test_releases_from_0_26_hold_48144(version, has):
     assert spec.release_has_48144(version) is has
 
@@ -81,13 +91,16 @@ def test_a_version_that_is_not_one_is_refused():
         spec.release_has_48144("main")
 
 
-@pytest.mark.parametrize(("version", "reverse", "patch", "overlaid", "rules"), [
-    ("0.25.1", False, "ci/changes/tile-oracle/change.patch", False, {"0.25.1's": False}),
-    ("0.26.0", False, "ci/changes/tile-oracle/releases/vllm-0.26.0.patch", False, {"#48144's": True}),
-    ("0.34.0", True, "ci/changes/marlin-ep-m-estimate/releases/vllm-0.34.0.patch", False, {"0.25.1's": False}),
-    ("0.26.0", True, "ci/changes/my-merged-change/change.patch", False, {"#48144's": True}),  # took another out
-    ("0.25.1", False, ".gate/refs/a-b/change.patch", True, {"0.25.1's": False, "#48144's": True}),  # a checkout
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("version", "reverse", "patch", "overlaid", "rules"),
+    [
+        ("0.25.1", False, "ci/changes/tile-oracle/change.patch", False, {"0.25.1's": False}),
+        ("0.26.0", False, "ci/changes/tile-oracle/releases/vllm-0.26.0.patch", False, {"#48144's": True}),
+        ("0.34.0", True, "ci/changes/marlin-ep-m-estimate/releases/vllm-0.34.0.patch", False, {"0.25.1's": False}),
+        ("0.26.0", True, "ci/changes/my-merged-change/change.patch", False, {"#48144's": True}),  # took another out
+        ("0.25.1", False, ".gate/refs/a-b/change.patch", True, {"0.25.1's": False, "#48144's": True}),  # a checkout
+    ],
+)
 def test_the_base_rule_follows_the_release_and_what_the_build_took_out(version, reverse, patch, overlaid, rules):
     assert spec.base_rules(version, reverse=reverse, patch_path=patch, overlaid=overlaid) == rules
 

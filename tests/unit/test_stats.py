@@ -179,8 +179,10 @@ def test_error_rates_with_the_capture_error_flat_and_in_captures():
     kw = {"trials": 400, "capture_sd": stats.SIM_CAPTURE_SD}
     flat2 = stats.simulate(1.02, DEFAULT_REPEATS, seed=21, **kw)
     assert flat2[Verdict.FAIL] + flat2[Verdict.INCONCLUSIVE] > 0.01  # the old method, fooled by one capture
-    by_capture = {r: stats.simulate(r, DEFAULT_REPEATS, captures=DEFAULT_CAPTURES, seed=22, **kw)
-                  for r in (1.0, 1.02, 1.035, 1.05)}  # fmt: skip
+    by_capture = {
+        r: stats.simulate(r, DEFAULT_REPEATS, captures=DEFAULT_CAPTURES, seed=22, **kw)
+        for r in (1.0, 1.02, 1.035, 1.05)
+    }
     assert by_capture[1.0][Verdict.FAIL] == 0 and by_capture[1.02][Verdict.FAIL] == 0
     assert by_capture[1.035][Verdict.FAIL] >= 0.85  # 94% over 2000 trials (README)
     assert by_capture[1.05][Verdict.FAIL] >= 0.99
@@ -230,8 +232,13 @@ def test_four_thousand_samples_are_judged_in_bounded_memory():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", FOUR_THOUSAND], capture_output=True, text=True, check=True,
-                          cwd=Path(stats.__file__).parents[2])  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", FOUR_THOUSAND],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(stats.__file__).parents[2],
+    )
     grown_kb, *numbers = done.stdout.split()
     ratio, lo, hi, shift, shift_lo, shift_hi = map(float, numbers)
     assert int(grown_kb) < 32 * 1024, f"the peak grew by {int(grown_kb) // 1024} MB"
@@ -245,8 +252,20 @@ def test_extreme_timings_give_an_unbounded_ratio_not_a_crash():
     assert stats.decide(e) is stats.Verdict.FAIL
 
 
-@pytest.mark.parametrize(("xs", "ok"), [([1.0, 2], True), ([], False), ((1.0,), False), ([True], False),
-                                        ([0.0], False), ([-1.0], False), ([math.inf], False), ([math.nan], False),
-                                        (["1"], False), ([1.0, None], False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("xs", "ok"),
+    [
+        ([1.0, 2], True),
+        ([], False),
+        ((1.0,), False),
+        ([True], False),
+        ([0.0], False),
+        ([-1.0], False),
+        ([math.inf], False),
+        ([math.nan], False),
+        (["1"], False),
+        ([1.0, None], False),
+    ],
+)
 def test_positive_times(xs, ok):
     assert stats.positive_times(xs) is ok

@@ -118,8 +118,9 @@ def test_the_tpot_rounds_table_matches_its_golden_file():
     results.cases[0].extra["rounds"][1]["machine"] = {"sm_clock_mhz": [None], "power_draw_w": []}
     results.cases.insert(0, CaseResult(id="no-rounds", unit="ms", samples={"base": [1.0]}))
     second = results.cases[1]
-    results.cases.append(CaseResult(id="second", unit="ms", samples=second.samples, extra={
-        "rounds": second.extra["rounds"][:2]}))  # fmt: skip
+    results.cases.append(
+        CaseResult(id="second", unit="ms", samples=second.samples, extra={"rounds": second.extra["rounds"][:2]})
+    )
     assert "\n".join(serving_subject.details(results)) + "\n" == (DATA / "tpot-pr-aa-details.md").read_text()
 
 
@@ -129,8 +130,9 @@ def test_a_kind_no_subject_defines_has_no_complete_run():
     results.kind = "nobody-registered-this"
     with pytest.raises(DataError) as err:
         plain.expected_cases(results)
-    assert str(err.value) == ("the gate defines no cases for results of kind 'nobody-registered-this': no complete "
-                              "run of it exists")  # fmt: skip
+    assert str(err.value) == (
+        "the gate defines no cases for results of kind 'nobody-registered-this': no complete run of it exists"
+    )
     assert evidence.run_problems(results)[0] == str(err.value)
 
 

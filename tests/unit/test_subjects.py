@@ -54,8 +54,10 @@ def test_captured_ab_and_baseline_cases_carry_the_kernel_annotations():
     assert case.annotations["block_size_m"] == {"base": 64, "candidate": 16}
     assert case.cells["block_size_m (base -> candidate)"] == "64 -> 16"
     (case,) = compare.compare_baseline(run, _captured_results([1.0] * 10), "base", 0.03, 0.95, "B").cases
-    assert case.cells == {"block_size_m (baseline -> this run)": "64 -> 64",
-                          "regret vs best block size": "best 16: base +48%"}  # fmt: skip
+    assert case.cells == {
+        "block_size_m (baseline -> this run)": "64 -> 64",
+        "regret vs best block size": "best 16: base +48%",
+    }
 
 
 def test_a_missing_results_file_names_the_command_of_the_subject_that_writes_it(monkeypatch):

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from ci.core.errors import DataError, UsageError
-from ci.kernel import spec
 from ci.kernel import tile_oracle as to
 from ci.kernel import tile_sweep as ts
+from ci.moe import spec
 from ci.trees import contracts
 
 ROOT = Path(__file__).parents[2]
@@ -21,15 +21,21 @@ STORED = ROOT / "reports/nvidia-h200-x1/tile-oracle"
 CHANGE = ROOT / "ci/changes/tile-oracle"
 
 
-def _case(cid: str, r: float, times: dict[int, float], *, split="fitted", itemsize=2, candidate=None,
-          base=64, jitter=0.002) -> ts.SweepCase:  # fmt: skip
+def _case(
+    cid: str, r: float, times: dict[int, float], *, split="fitted", itemsize=2, candidate=None, base=64, jitter=0.002
+) -> ts.SweepCase:
     """One case whose tile ``t`` takes ``times[t]`` us in each of 6 captures (a capture effect of +-jitter)."""
     caps = range(6)
     samples = {str(t): [x * (1 + jitter * ((b % 3) - 1)) for b in caps] for t, x in times.items()}
     info = {"rows_per_expert": r, "input_itemsize": itemsize, "split": split, "format": "f", "path": "fused"}
     pick = to.threshold_tile(r) if candidate is None else candidate
-    return ts.SweepCase(id=cid, info=info, picks={"base": base, "candidate": pick}, samples=samples,
-                        captures={t: list(caps) for t in samples})  # fmt: skip
+    return ts.SweepCase(
+        id=cid,
+        info=info,
+        picks={"base": base, "candidate": pick},
+        samples=samples,
+        captures={t: list(caps) for t in samples},
+    )
 
 
 def _flat(r: float, faster: int | None = None, by: float = 0.0, **kw) -> ts.SweepCase:
@@ -70,8 +76,11 @@ def test_fit_overrides_a_bucket_only_for_a_gain_over_min_gain():
 def test_fit_merges_neighbouring_buckets_and_sees_fitted_cases_only():
     rule, _ = _fit([_flat(128, 48, 0.05), _flat(256, 48, 0.05)])
     assert rule.overrides == ((90.5, 362.0, 48),)
-    data = to.analyse(ts.Sweep(grid="g", provenance={}, settings={}, cases=[
-        _flat(128, 48, 0.05), _flat(8, 32, 0.5, split="held-out")]))  # fmt: skip
+    data = to.analyse(
+        ts.Sweep(
+            grid="g", provenance={}, settings={}, cases=[_flat(128, 48, 0.05), _flat(8, 32, 0.5, split="held-out")]
+        )
+    )
     assert [list(o) for o in data["rule"]["overrides"]] == [[90.5, 181.0, 48]]
     with pytest.raises(DataError, match="no fitted cases"):
         to.fit_rule([])
@@ -106,8 +115,12 @@ def test_tiles_timed_in_different_capture_counts_are_a_data_error():
 
 
 def test_cli_reads_the_gzip_writes_both_files_and_refuses_foreign_ones(tmp_path):
-    sweep = ts.Sweep(grid="g", provenance={"vllm": {"version": "0.25.1"}}, settings={"captures": 6},
-                     cases=[_flat(128, 48, 0.05), _flat(8)])  # fmt: skip
+    sweep = ts.Sweep(
+        grid="g",
+        provenance={"vllm": {"version": "0.25.1"}},
+        settings={"captures": 6},
+        cases=[_flat(128, 48, 0.05), _flat(8)],
+    )
     plain = tmp_path / "s.json"
     sweep.save(plain)
     gz = tmp_path / "s.json.gz"
@@ -148,15 +161,18 @@ def test_the_shipped_change_is_the_rule_fitted_on_the_stored_sweep():
         assert re.search(rf"if {lo} <= tokens_per_expert < {hi}:\n\s+block_size_m = {tile}\n", added), patch
 
 
-@pytest.mark.parametrize("m,topk,local,glob,itemsize,want", [
-    (8 * 64, 2, 1, 8, 2, 48),  # mixtral EP 8, 64 tokens per rank: r = ceil(512 / 8) * 2 / 1 = 128
-    (8 * 512, 2, 1, 8, 2, 64),  # mixtral EP 8, 512 tokens per rank: r = 1024
-    (512, 2, 8, -1, 2, 48),  # non-EP, r = 128
-    (512, 2, 8, 8, 2, 48),  # non-EP as the modular kernel calls it (G == E)
-    (256, 2, 8, -1, 2, 64),  # r = 64: #48144's 64
-    (8 * 256, 8, 16, 128, 2, 48),  # qwen3 EP 8, 256 tokens per rank: r = ceil(2048 * 16 / 128) * 8 / 16 = 128
-    (8 * 32, 8, 32, 256, 1, 16),  # deepseek EP 8, 32 tokens per rank, 1-byte input: 8 floored to 16
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "m,topk,local,glob,itemsize,want",
+    [
+        (8 * 64, 2, 1, 8, 2, 48),  # mixtral EP 8, 64 tokens per rank: r = ceil(512 / 8) * 2 / 1 = 128
+        (8 * 512, 2, 1, 8, 2, 64),  # mixtral EP 8, 512 tokens per rank: r = 1024
+        (512, 2, 8, -1, 2, 48),  # non-EP, r = 128
+        (512, 2, 8, 8, 2, 48),  # non-EP as the modular kernel calls it (G == E)
+        (256, 2, 8, -1, 2, 64),  # r = 64: #48144's 64
+        (8 * 256, 8, 16, 128, 2, 48),  # qwen3 EP 8, 256 tokens per rank: r = ceil(2048 * 16 / 128) * 8 / 16 = 128
+        (8 * 32, 8, 32, 256, 1, 16),  # deepseek EP 8, 32 tokens per rank, 1-byte input: 8 floored to 16
+    ],
+)
 def test_contract_rule_fused(m, topk, local, glob, itemsize, want):
     rule = contracts.load_contract(CHANGE / contracts.CONTRACT_FILE).fused_block_size_m
     assert rule(m=m, topk=topk, local_experts=local, global_experts=glob, input_itemsize=itemsize, env={}) == want
@@ -172,15 +188,34 @@ def test_contract_rule_batched_is_keyed_on_the_load():
 
 
 def test_where_picks_differ_is_per_split_and_path_and_over_all():
-    rows = [{"split": "fitted", "path": "fused", "candidate": {"tile": 64, "regret": 0.05},
-             "fitted": {"tile": 48, "regret": 0.0}},
-            {"split": "held-out", "path": "batched", "candidate": {"tile": 64, "regret": 1.0},
-             "fitted": {"tile": 8, "regret": 0.0}},
-            {"split": "held-out", "path": "fused", "candidate": {"tile": 16, "regret": 0.0},
-             "fitted": {"tile": 16, "regret": 0.0}}]  # fmt: skip
+    rows = [
+        {
+            "split": "fitted",
+            "path": "fused",
+            "candidate": {"tile": 64, "regret": 0.05},
+            "fitted": {"tile": 48, "regret": 0.0},
+        },
+        {
+            "split": "held-out",
+            "path": "batched",
+            "candidate": {"tile": 64, "regret": 1.0},
+            "fitted": {"tile": 8, "regret": 0.0},
+        },
+        {
+            "split": "held-out",
+            "path": "fused",
+            "candidate": {"tile": 16, "regret": 0.0},
+            "fitted": {"tile": 16, "regret": 0.0},
+        },
+    ]
     got = {(d["split"], d["path"]): d for d in to.where_picks_differ(rows)}
-    assert set(got) == {("fitted", "fused"), ("held-out", "batched"), ("all", "fused"), ("all", "batched"),
-                        ("all", "all")}  # fmt: skip
+    assert set(got) == {
+        ("fitted", "fused"),
+        ("held-out", "batched"),
+        ("all", "fused"),
+        ("all", "batched"),
+        ("all", "all"),
+    }
     assert got[("all", "all")]["cases"] == 2
     assert math.isclose(got[("all", "all")]["speedup_geomean"], math.sqrt(1.05 * 2.0) - 1)
     assert math.isclose(got[("all", "all")]["speedup_least"], 0.05)

@@ -12,15 +12,25 @@ from ci.core.errors import DataError, UsageError
 from ci.kernel import tile_sweep as ts
 from ci.kernel.suites import runnable_block_sizes
 
-SETTINGS = {"captures": 6, "rounds": 1, "calls_per_graph": 10, "vllm": "0.25.1", "patch_sha256": "ab",
-            "case_filter": None}  # fmt: skip
+SETTINGS = {
+    "captures": 6,
+    "rounds": 1,
+    "calls_per_graph": 10,
+    "vllm": "0.25.1",
+    "patch_sha256": "ab",
+    "case_filter": None,
+}
 STORED = Path(__file__).parents[2] / "reports/nvidia-h200-x1/tile-oracle/tile-sweep-partial.json.gz"
 
 
 def _case(cid: str = "s/ep1/tpr1/x", tiles=(8, 16)) -> ts.SweepCase:
-    return ts.SweepCase(id=cid, info={"shape": "s"}, picks={"base": 8, "candidate": 16},
-                        samples={str(t): [10.0 + t] * 6 for t in tiles},
-                        captures={str(t): list(range(6)) for t in tiles})  # fmt: skip
+    return ts.SweepCase(
+        id=cid,
+        info={"shape": "s"},
+        picks={"base": 8, "candidate": 16},
+        samples={str(t): [10.0 + t] * 6 for t in tiles},
+        captures={str(t): list(range(6)) for t in tiles},
+    )
 
 
 def test_full_grid_covers_every_format_ep_size_load_and_shape():
@@ -50,7 +60,9 @@ def test_order_puts_formats_first_and_keeps_one_weight_set_together():
 
 def test_case_filter_and_unknown_grid_are_usage_errors():
     assert [c.id for c in ts.grid_cases("quick", "*/ep8/tpr1/gptq*,*/ep8/tpr1/nvfp4*")] == [
-        "qwen3-30b-a3b/ep8/tpr1/gptq-int4-g128/bf16", "qwen3-30b-a3b/ep8/tpr1/nvfp4/bf16"]  # fmt: skip
+        "qwen3-30b-a3b/ep8/tpr1/gptq-int4-g128/bf16",
+        "qwen3-30b-a3b/ep8/tpr1/nvfp4/bf16",
+    ]
     with pytest.raises(UsageError, match="matches no case"):
         ts.grid_cases("quick", "nothing*")
     with pytest.raises(UsageError, match="unknown"):
@@ -84,13 +96,16 @@ def test_resume_refuses_another_sweep_and_changes_nothing(tmp_path, grid, change
     assert path.read_bytes() == before
 
 
-@pytest.mark.parametrize("edit, match", [
-    (lambda c: c.update(samples={}), "samples and captures"),
-    (lambda c: c["captures"].update({"8": [0]}), "one capture id each"),
-    (lambda c: c["samples"].update({"8": [1.0, -2.0, 1, 1, 1, 1]}), "positive"),
-    (lambda c: c.update(picks={"base": "8"}), "picks"),
-    (lambda c: c.update(info=None), "info"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda c: c.update(samples={}), "samples and captures"),
+        (lambda c: c["captures"].update({"8": [0]}), "one capture id each"),
+        (lambda c: c["samples"].update({"8": [1.0, -2.0, 1, 1, 1, 1]}), "positive"),
+        (lambda c: c.update(picks={"base": "8"}), "picks"),
+        (lambda c: c.update(info=None), "info"),
+    ],
+)
 def test_bad_cases_are_data_errors(tmp_path, edit, match):
     path = tmp_path / ts.SWEEP_FILE
     ts.Sweep(grid="quick", provenance={}, settings=dict(SETTINGS), cases=[_case()]).save(path)

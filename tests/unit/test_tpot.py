@@ -45,10 +45,22 @@ def standin_trees(tmp_path, monkeypatch) -> Trees:
     monkeypatch.setattr(tpot, "built_decode_picks", lambda *a, **k: STANDIN_PICKS)
     monkeypatch.setenv("STANDIN_CHILD_PID_FILE", str(tmp_path / "child.pid"))
     change = FileChange(path="vllm/x.py", sha256_before="a", sha256_after="b")
-    manifest = TreeManifest(vllm_version="0.0.0", vllm_source="standin", patch_path="x.patch", patch_sha256="0",
-                            reverse=False, base="base", candidate="candidate", changed_files=(change,))  # fmt: skip
-    return Trees(manifest_path=tmp_path / "manifest.json", manifest=manifest,
-                 base=fake_tree(tmp_path / "base"), candidate=fake_tree(tmp_path / "candidate"))  # fmt: skip
+    manifest = TreeManifest(
+        vllm_version="0.0.0",
+        vllm_source="standin",
+        patch_path="x.patch",
+        patch_sha256="0",
+        reverse=False,
+        base="base",
+        candidate="candidate",
+        changed_files=(change,),
+    )
+    return Trees(
+        manifest_path=tmp_path / "manifest.json",
+        manifest=manifest,
+        base=fake_tree(tmp_path / "base"),
+        candidate=fake_tree(tmp_path / "candidate"),
+    )
 
 
 def test_serve_command_line(tmp_path):
@@ -56,9 +68,17 @@ def test_serve_command_line(tmp_path):
     argv = sc.serve_argv(tree, QWEN, port=18001, profile=sc.PROFILES["pr"], dp=4, seed=3)
     assert argv[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", str(QWEN)]
     joined = " ".join(argv)
-    for part in ("--load-format dummy", "--port 18001", "--data-parallel-size 4", "--enable-expert-parallel",
-                 "--moe-backend marlin", "--seed 3", "--gpu-memory-utilization 0.4", "--no-enable-prefix-caching",
-                 "--enforce-eager"):  # fmt: skip
+    for part in (
+        "--load-format dummy",
+        "--port 18001",
+        "--data-parallel-size 4",
+        "--enable-expert-parallel",
+        "--moe-backend marlin",
+        "--seed 3",
+        "--gpu-memory-utilization 0.4",
+        "--no-enable-prefix-caching",
+        "--enforce-eager",
+    ):
         if part == "--enforce-eager":
             assert part not in joined, "the pr profile uses CUDA graphs"
         else:
@@ -73,9 +93,18 @@ def test_bench_command_line_and_env(tmp_path):
     out = tmp_path / "r.json"
     argv = sc.bench_argv(QWEN, port=5, profile=sc.PROFILES["nightly"], prompts=640, out=out, seed=0)
     joined = " ".join(argv)
-    for part in ("bench serve", "--dataset-name random", "--random-input-len 1024", "--random-output-len 1024",
-                 "--max-concurrency 64", "--num-prompts 640", "--ignore-eos", "--temperature 0", "--save-result",
-                 f"--result-dir {tmp_path} --result-filename r.json"):  # fmt: skip
+    for part in (
+        "bench serve",
+        "--dataset-name random",
+        "--random-input-len 1024",
+        "--random-output-len 1024",
+        "--max-concurrency 64",
+        "--num-prompts 640",
+        "--ignore-eos",
+        "--temperature 0",
+        "--save-result",
+        f"--result-dir {tmp_path} --result-filename r.json",
+    ):
         assert part in joined
     # the in-process client gets the same arguments, without the command
     assert argv[5:] == sc.bench_args(QWEN, port=5, profile=sc.PROFILES["nightly"], prompts=640, out=out, seed=0)
@@ -162,15 +191,25 @@ def test_port_in_use_is_refused(standin_trees, tmp_path):
 
 
 def _tiny_profile(monkeypatch, **fields):
-    profile = sc.Profile(input_len=8, output_len=8, concurrency=1, prompts=2, launches=2, rounds=3, warmup_prompts=1,
-                         max_model_len=64, gpu_memory_fraction=0.1)  # fmt: skip
+    profile = sc.Profile(
+        input_len=8,
+        output_len=8,
+        concurrency=1,
+        prompts=2,
+        launches=2,
+        rounds=3,
+        warmup_prompts=1,
+        max_model_len=64,
+        gpu_memory_fraction=0.1,
+    )
     profiles = {**sc.PROFILES, "t": replace(profile, **fields)}
     monkeypatch.setattr(tpot, "PROFILES", profiles)
     monkeypatch.setattr(sc, "PROFILES", profiles)  # what the subject's evidence rules read
 
 
-@pytest.mark.parametrize(("mode", "client"), [("concurrent", "inprocess"), ("sequential", "inprocess"),
-                                              ("concurrent", "cli")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("mode", "client"), [("concurrent", "inprocess"), ("sequential", "inprocess"), ("concurrent", "cli")]
+)
 def test_ab_launch_pairs_end_to_end(standin_trees, tmp_path, monkeypatch, mode, client):
     """Both servers from their own trees in each launch pair; the candidate's stand-in server runs 20% faster,
     and the client (one process for all rounds, or one command per round) must measure each server. Each
@@ -180,8 +219,9 @@ def test_ab_launch_pairs_end_to_end(standin_trees, tmp_path, monkeypatch, mode, 
         "import os\nos.environ['STANDIN_TPOT'] = '8'\n" + (HERE / "standin_vllm.py").read_text()
     )
     saved = tmp_path / "out" / "partial.json"
-    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", mode, 30, save_to=saved,
-                            client=client)  # fmt: skip
+    results = tpot.run_tpot(
+        standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", mode, 30, save_to=saved, client=client
+    )
     assert load_results(saved).settings["complete"] is True  # saved after every round, last one complete
     if mode == "concurrent":  # the pair's two servers side by side, rounds interleaved
         order = ["base", "candidate", "candidate", "base", "base", "candidate"]
@@ -247,8 +287,10 @@ def test_each_launch_settles_until_every_server_is_stable(standin_trees, tmp_pat
     results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", "concurrent", 30)
     (settle,) = results.cases[0].extra["timeline"]["launches"][0]["settle"]
     assert settle["settled"] is True and settle["servers"] == ["l0-base", "l0-candidate"]
-    assert settle["median_tpot_ms"] == {"l0-base": [13.0, 12.0, 11.0, 10.0, 10.0, 10.0],
-                                        "l0-candidate": [13.0, 12.0, 11.0, 10.0, 10.0, 10.0]}  # fmt: skip
+    assert settle["median_tpot_ms"] == {
+        "l0-base": [13.0, 12.0, 11.0, 10.0, 10.0, 10.0],
+        "l0-candidate": [13.0, 12.0, 11.0, 10.0, 10.0, 10.0],
+    }
     assert settle["runs"] == 12 and results.cases[0].samples == {"base": [10.0], "candidate": [10.0]}
     assert len(list((tmp_path / "out").glob("bench-settle-l0-*.json"))) == 12
 
@@ -269,11 +311,22 @@ def test_the_settling_rule():
 
 
 def test_launch_pairs_alternate_who_starts_and_balance_rounds():
-    assert [launches.launch_order(n) for n in range(3)] == [("base", "candidate"), ("candidate", "base"),
-                                                        ("base", "candidate")]  # fmt: skip
+    assert [launches.launch_order(n) for n in range(3)] == [
+        ("base", "candidate"),
+        ("candidate", "base"),
+        ("base", "candidate"),
+    ]
     profile = replace(sc.PROFILES["pr"], launches=2, rounds=2)
-    assert launches.run_order(profile) == [(0, "base"), (0, "candidate"), (0, "candidate"), (0, "base"),
-                                       (1, "candidate"), (1, "base"), (1, "base"), (1, "candidate")]  # fmt: skip
+    assert launches.run_order(profile) == [
+        (0, "base"),
+        (0, "candidate"),
+        (0, "candidate"),
+        (0, "base"),
+        (1, "candidate"),
+        (1, "base"),
+        (1, "base"),
+        (1, "candidate"),
+    ]
 
 
 def test_profile_overrides_are_checked_and_recorded(standin_trees, tmp_path, monkeypatch):
@@ -282,8 +335,16 @@ def test_profile_overrides_are_checked_and_recorded(standin_trees, tmp_path, mon
     with pytest.raises(UsageError, match=r"--launches 0, --settle-max-s -1.0: launches and rounds need at least 1"):
         tpot.main(["--launches", "0", "--settle-max-s", "-1", "--block-sizes"])
     _tiny_profile(monkeypatch)
-    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", "concurrent", 30,
-                            overrides={"launches": 1, "rounds": 1})  # fmt: skip
+    results = tpot.run_tpot(
+        standin_trees,
+        "qwen3-30b-a3b-like",
+        "t",
+        1,
+        tmp_path / "out",
+        "concurrent",
+        30,
+        overrides={"launches": 1, "rounds": 1},
+    )
     assert results.cases[0].info["profile"]["launches"] == 1 and results.settings["rounds_per_build"] == 1
     from ci.core import evidence
 
@@ -295,14 +356,22 @@ def test_a_fixed_kv_cache_is_what_the_profile_can_hold_on_one_rank(tmp_path):
     """Qwen3-30B-A3B-like: 48 layers x 4 KV heads x 128 x K and V in bf16 = 96 KiB a token."""
     assert sc.kv_cache_bytes(QWEN, sc.PROFILES["pr"], 1) == 2 * sc.GIB  # 1.25 x 16 x 1024 tokens = 1.9 GiB
     assert sc.kv_cache_bytes(QWEN, sc.PROFILES["pr-ep"], 2) == 8 * sc.GIB  # 64 requests a rank: 7.5 GiB
-    argv = sc.serve_argv(fake_tree(tmp_path / "t"), QWEN, port=1, profile=sc.PROFILES["pr"], dp=1, seed=0,
-                         kv_bytes=2 * sc.GIB)  # fmt: skip
+    argv = sc.serve_argv(
+        fake_tree(tmp_path / "t"), QWEN, port=1, profile=sc.PROFILES["pr"], dp=1, seed=0, kv_bytes=2 * sc.GIB
+    )
     assert argv[argv.index("--kv-cache-memory-bytes") + 1] == str(2 * sc.GIB)
     from ci.core.errors import UsageError
 
     with pytest.raises(UsageError, match="this vLLM has no --kv-cache-memory-bytes, which --start parallel needs"):
-        sc.serve_argv(fake_tree(tmp_path / "old", kv_flag=False), QWEN, port=1, profile=sc.PROFILES["pr"], dp=1,
-                      seed=0, kv_bytes=sc.GIB)  # fmt: skip
+        sc.serve_argv(
+            fake_tree(tmp_path / "old", kv_flag=False),
+            QWEN,
+            port=1,
+            profile=sc.PROFILES["pr"],
+            dp=1,
+            seed=0,
+            kv_bytes=sc.GIB,
+        )
 
 
 def test_parallel_start_launches_both_servers_of_a_pair_at_once(standin_trees, tmp_path, monkeypatch):
@@ -337,8 +406,9 @@ def test_parallel_start_launches_both_servers_of_a_pair_at_once(standin_trees, t
     with pytest.raises(UsageError, match="it needs --server-mode concurrent"):
         sc.resolve_start(pr, None, None, "sequential")
     monkeypatch.delenv("STANDIN_HEALTHY_AFTER_FILE")
-    serial = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "s1", "concurrent", 20,
-                           overrides={"pairs_at_once": 2})  # fmt: skip
+    serial = tpot.run_tpot(
+        standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "s1", "concurrent", 20, overrides={"pairs_at_once": 2}
+    )
     assert serial.cases[0].info["profile"]["pairs_at_once"] == 1  # serial: one pair at a time, and recorded so
 
 
@@ -377,7 +447,13 @@ def test_pairs_started_together_share_a_start_and_keep_their_own_rounds(standin_
     results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, out, "concurrent", 20, start="parallel")
     (case,) = results.cases
     assert [(r["launch"], r["build"]) for r in case.extra["rounds"]] == [
-        (0, "base"), (0, "candidate"), (1, "candidate"), (1, "base"), (2, "base"), (2, "candidate")]  # fmt: skip
+        (0, "base"),
+        (0, "candidate"),
+        (1, "candidate"),
+        (1, "base"),
+        (2, "base"),
+        (2, "candidate"),
+    ]
     assert case.extra["captures"] == {"base": [0, 1, 2], "candidate": [0, 1, 2]}
     records = case.extra["timeline"]["launches"]
     assert [rec["started_with"] for rec in records] == [[0, 1], [0, 1], [2]]
@@ -434,17 +510,26 @@ def test_the_injected_sleep_is_timed_then_runs_before_every_fused_marlin_moe_cal
         "import os, torch\nfrom vllm.model_executor.layers.fused_moe.experts import marlin_moe as m\n"
         "print(m.apply(3), m.fused_marlin_moe(4), torch.calls, os.environ.get('OTHER_SITECUSTOMIZE'))"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(launches.INJECT_DIR), str(fake), str(other)]),
-           "GATE_INJECT_SLEEP_US": "5"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(launches.INJECT_DIR), str(fake), str(other)]),
+        "GATE_INJECT_SLEEP_US": "5",
+    }
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert done.stdout.split(" ", 2)[:2] == ["6", "8"], done.stderr
     assert done.stdout.strip().endswith(f"[1000, {'1000000, ' * 5}10000, 10000] ran")  # warm, time, 5 us a call
     assert "gate injection: 5.0 us = 10000 GPU sleep cycles a fused_marlin_moe call" in done.stderr
-    captured = subprocess.run([sys.executable, "-c", code], env={**env, "FAKE_CAPTURING": "1"}, capture_output=True,
-                              text=True, cwd=tmp_path)  # fmt: skip
+    captured = subprocess.run(
+        [sys.executable, "-c", code], env={**env, "FAKE_CAPTURING": "1"}, capture_output=True, text=True, cwd=tmp_path
+    )
     assert captured.returncode == 1 and "inside a graph capture, so the sleep cannot be timed" in captured.stderr
-    plain = subprocess.run([sys.executable, "-c", code], env={**env, "GATE_INJECT_SLEEP_US": ""},
-                           capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    plain = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "GATE_INJECT_SLEEP_US": ""},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert plain.stdout.strip() == "6 8 [] ran"  # no sleep asked: the module is left alone
 
 
@@ -459,8 +544,9 @@ def test_only_the_candidate_server_of_an_aa_run_gets_the_sleep(standin_trees, tm
         str(standin_trees.base) in cand.env["PYTHONPATH"] and str(standin_trees.candidate) not in cand.env["PYTHONPATH"]
     )
     _tiny_profile(monkeypatch, launches=1, rounds=1)
-    results = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", "concurrent", 30, aa=True,
-                            inject_sleep_us=2.5)  # fmt: skip
+    results = tpot.run_tpot(
+        standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "out", "concurrent", 30, aa=True, inject_sleep_us=2.5
+    )
     assert results.settings["inject_sleep_us"] == 2.5
     assert results.settings["candidate"] == "base (A/A run) with a GPU sleep of 2.5 us in each fused_marlin_moe call"
     with pytest.raises(UsageError, match="--inject-sleep-us slows the candidate of an A/A run"):
@@ -473,7 +559,7 @@ def test_tpot_error_rates_size_the_sleep_from_the_pilot_and_judge_every_run(stan
     """The first A/A is the pilot: its base TPOT (10 ms) over 48 MoE layers sizes a +5% sleep, less the 1% of the
     step given as the sleep's own overhead, at 8.333 us a call, which the stand-in server adds to its TPOT as the
     real one would (48 calls a step, no overhead of its own): 1.04, FAIL; the A/A: PASS."""
-    from ci.runner import gpu
+    from ci.host import gpu
     from ci.serving import error_rates
     from ci.trees import manifest
 
@@ -488,8 +574,20 @@ def test_tpot_error_rates_size_the_sleep_from_the_pilot_and_judge_every_run(stan
     )
     monkeypatch.setattr(manifest, "load_trees", lambda path: standin_trees)
     out = tmp_path / "rates"
-    argv = ["--manifest", "m.json", "--out", str(out), "--profile", "t", "--sleep-overhead", "0.01", "--aa-runs", "1",
-            "--inject", "0.05"]  # fmt: skip
+    argv = [
+        "--manifest",
+        "m.json",
+        "--out",
+        str(out),
+        "--profile",
+        "t",
+        "--sleep-overhead",
+        "0.01",
+        "--aa-runs",
+        "1",
+        "--inject",
+        "0.05",
+    ]
     from ci.core.errors import UsageError
 
     for overhead in ("0.05", "-0.001"):  # refused before anything runs
@@ -538,9 +636,11 @@ def test_server_side_decode_timing_from_metrics():
     from ci.serving.server import parse_metrics, server_itl_ms
 
     itl = "vllm:inter_token_latency_seconds"
-    text = (f'# HELP {itl} ...\n{itl}_bucket{{le="0.01"}} 3\n{itl}_sum{{engine="0"}} 1.5\n'
-            f'{itl}_sum{{engine="1"}} 0.5\n{itl}_count{{engine="0"}} 150\n{itl}_count{{engine="1"}} 50\n'
-            f'{itl}_created{{engine="0"}} 1.7e9\n')  # fmt: skip
+    text = (
+        f'# HELP {itl} ...\n{itl}_bucket{{le="0.01"}} 3\n{itl}_sum{{engine="0"}} 1.5\n'
+        f'{itl}_sum{{engine="1"}} 0.5\n{itl}_count{{engine="0"}} 150\n{itl}_count{{engine="1"}} 50\n'
+        f'{itl}_created{{engine="0"}} 1.7e9\n'
+    )
     assert parse_metrics(text) == {"itl_sum_s": 2.0, "itl_count": 200.0}
     old = "vllm:time_per_output_token_seconds_sum 0.3\nvllm:time_per_output_token_seconds_count 30\n"
     assert parse_metrics(old) == {"itl_sum_s": 0.3, "itl_count": 30.0} and parse_metrics("up 1\n") == {}

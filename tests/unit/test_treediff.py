@@ -75,8 +75,13 @@ def test_bytecode_and_caches_are_differences_like_any_file(tmp_path):
     (cand / "vllm" / "__pycache__" / "notes.txt").write_text("not compiled, but in a cache folder")
     (cand / "vllm" / "x.pth").write_text("import os\n")
     found = {c.path: c.what for c in treediff.differences(base, cand)}
-    assert found == {"vllm/__pycache__/a.cpython-311.pyc": "added", "vllm/__pycache__/notes.txt": "added",
-                     "vllm/b.cpython-311.pyc": "added", "vllm/d.py": "modified", "vllm/x.pth": "added"}  # fmt: skip
+    assert found == {
+        "vllm/__pycache__/a.cpython-311.pyc": "added",
+        "vllm/__pycache__/notes.txt": "added",
+        "vllm/b.cpython-311.pyc": "added",
+        "vllm/d.py": "modified",
+        "vllm/x.pth": "added",
+    }
     (base / "vllm" / "__pycache__").mkdir()
     (base / "vllm" / "__pycache__" / "c.cpython-311.pyc").write_bytes(b"base only")
     assert treediff.differences(base, cand)[0].path == "vllm/__pycache__/a.cpython-311.pyc"

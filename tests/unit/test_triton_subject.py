@@ -22,7 +22,10 @@ def test_cases_rows_and_the_non_ep_caller():
     assert (case.id, case.rows, case.global_num_experts) == ("deepseek-v3/ep8/tpr64/bf16", 512, 256)
     assert suites.TritonCase("qwen3-30b-a3b", 1, 8).global_num_experts == -1
     assert [c.id for c in suites.suite_cases("default", "*/ep8/tpr128/*,qwen3*/ep1/tpr8/*")] == [
-        "qwen3-30b-a3b/ep1/tpr8/bf16", "qwen3-30b-a3b/ep8/tpr128/bf16", "deepseek-v3/ep8/tpr128/bf16"]  # fmt: skip
+        "qwen3-30b-a3b/ep1/tpr8/bf16",
+        "qwen3-30b-a3b/ep8/tpr128/bf16",
+        "deepseek-v3/ep8/tpr128/bf16",
+    ]
     with pytest.raises(UsageError, match="matches no case of the suite 'quick'"):
         suites.suite_cases("quick", "nothing/*")
     with pytest.raises(UsageError, match="has the suites default, quick"):
@@ -32,8 +35,19 @@ def test_cases_rows_and_the_non_ep_caller():
 def test_the_sweep_and_config_labels():
     configs = suites.sweep_configs()
     assert len(configs) == 12 and len({suites.config_label(c) for c in configs}) == 12
-    assert suites.config_label({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "num_warps": 4,
-                                "num_stages": 2, "GROUP_SIZE_M": 16}) == "m16-n64-k128-w4-s2-g16"  # fmt: skip
+    assert (
+        suites.config_label(
+            {
+                "BLOCK_SIZE_M": 16,
+                "BLOCK_SIZE_N": 64,
+                "BLOCK_SIZE_K": 128,
+                "num_warps": 4,
+                "num_stages": 2,
+                "GROUP_SIZE_M": 16,
+            }
+        )
+        == "m16-n64-k128-w4-s2-g16"
+    )
     assert suites.config_label({"BLOCK_SIZE_M": 16, "SPLIT_K": 1}) == "m16-nNone-kNone-wNone-sNone"
 
 
@@ -64,8 +78,9 @@ def test_ab_verdicts_through_the_core(tmp_path):
     slow = triton_results(ratio_of=lambda cid: 1.10 if cid == "deepseek-v3/ep8/tpr64/bf16" else 1.0)
     path = saved(slow, tmp_path / "slow" / "triton-moe-results.json")
     assert compare.main(["--results", str(path), "--out", str(tmp_path / "v2")]) == ExitCode.FAILED
-    failed = [c["id"] for c in json.loads((tmp_path / "v2" / "verdict.json").read_text())["cases"]
-              if c["verdict"] == "FAIL"]  # fmt: skip
+    failed = [
+        c["id"] for c in json.loads((tmp_path / "v2" / "verdict.json").read_text())["cases"] if c["verdict"] == "FAIL"
+    ]
     assert failed == ["deepseek-v3/ep8/tpr64/bf16"]
 
 
@@ -104,8 +119,10 @@ def test_baseline_mode_notes_a_changed_choice():
     stored.info["config_label"] = {"base": "m32-n64-k128-w4-s3", "candidate": "m16-n64-k128-w4-s4"}
     note = triton_subject.annotate(case, stored, "base")
     assert note.data["config"] == {"baseline": "m32-n64-k128-w4-s3", "this run": "m64-n128-k64-w8-s3"}
-    assert note.notes == ["the base build chose m32-n64-k128-w4-s3 in the baseline and m64-n128-k64-w8-s3 now: "
-                          "different kernels were timed"]  # fmt: skip
+    assert note.notes == [
+        "the base build chose m32-n64-k128-w4-s3 in the baseline and m64-n128-k64-w8-s3 now: "
+        "different kernels were timed"
+    ]
     assert set(note.data["regret"]) == {"best_config", "base"}
     assert triton_subject.annotate(case, stored, "candidate").notes == []
 
@@ -126,8 +143,10 @@ def test_the_subjects_messages_and_columns_say_what_to_do():
     assert triton_subject.columns("baseline") == ("config (baseline -> this run)", "regret vs best config timed")
     (case, other, *_) = triton_results().cases
     cells = triton_subject.annotate(case, None, None).cells
-    assert cells == {"config (base -> candidate)": "m64-n128-k64-w8-s3 -> m16-n64-k128-w4-s4",
-                     "regret vs best config timed": "best m32-n64-k64-w4-s3: base +12%, candidate +34%"}  # fmt: skip
+    assert cells == {
+        "config (base -> candidate)": "m64-n128-k64-w8-s3 -> m16-n64-k128-w4-s4",
+        "regret vs best config timed": "best m32-n64-k64-w4-s3: base +12%, candidate +34%",
+    }
     assert set(triton_subject.annotate(case, other, "base").cells) == set(triton_subject.columns("baseline"))
     labels = other.info.pop("config_label")  # none recorded: no label known
     assert triton_subject.annotate(other, None, None).cells["config (base -> candidate)"] == "? -> ?"
@@ -144,8 +163,10 @@ def test_the_subjects_messages_and_columns_say_what_to_do():
     results.suite = "nightly"
     with pytest.raises(DataError) as err:
         triton_subject.expected_cases(results)
-    assert str(err.value) == ("suite 'nightly' is not one the Triton fused-MoE bench defines (default, quick): these "
-                              "results were not written by this gate's bench; re-run it")  # fmt: skip
+    assert str(err.value) == (
+        "suite 'nightly' is not one the Triton fused-MoE bench defines (default, quick): these "
+        "results were not written by this gate's bench; re-run it"
+    )
 
 
 def test_a_runs_case_filter_is_its_own_not_the_files_word_for_completeness():

@@ -68,9 +68,13 @@ def test_a_head_pushed_after_review_stops_the_run(github_api, tmp_path, monkeypa
 
 @pytest.mark.parametrize(
     "args",
-    [["--repository", "o/r", "--pr", "7", "--sha", "abc"], ["--repository", "o/r", "--pr", "x", "--sha", REVIEWED],
-     ["--repository", "o r", "--pr", "7", "--sha", REVIEWED], ["--repository", "o/r", "--pr", "0", "--sha", REVIEWED]],
-)  # fmt: skip
+    [
+        ["--repository", "o/r", "--pr", "7", "--sha", "abc"],
+        ["--repository", "o/r", "--pr", "x", "--sha", REVIEWED],
+        ["--repository", "o r", "--pr", "7", "--sha", REVIEWED],
+        ["--repository", "o/r", "--pr", "0", "--sha", REVIEWED],
+    ],
+)
 def test_malformed_dispatch_inputs_are_usage_errors(args):
     assert run_main(trust.main, ["verify-pr", *args]) == ExitCode.USAGE
 
@@ -85,8 +89,12 @@ def test_verify_pr_logic():
 
 def test_check_ref_is_a_tripwire(tmp_path, monkeypatch):
     monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "o"))
-    assert run_main(trust.main, ["check-ref", "--ref", "refs/heads/main", "--allowed", "refs/heads/main",
-                                 "--sha", REVIEWED]) == 0  # fmt: skip
+    assert (
+        run_main(
+            trust.main, ["check-ref", "--ref", "refs/heads/main", "--allowed", "refs/heads/main", "--sha", REVIEWED]
+        )
+        == 0
+    )
     assert (tmp_path / "o").read_text() == f"sha={REVIEWED}\n"
     args = ["check-ref", "--ref", "refs/heads/evil", "--allowed", "refs/heads/main"]
     assert run_main(trust.main, args) == ExitCode.UNTRUSTED
@@ -94,12 +102,21 @@ def test_check_ref_is_a_tripwire(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     ("code", "name", "status", "level"),
-    [(0, "PASS", 0, "notice"), (1, "FAIL", 1, "error"), (3, "INCONCLUSIVE", 3, "error"),
-     (4, "NO_BASELINE", 0, "warning"), (10, "INCOMPLETE", 10, "error"), (6, "NO_GPU", 6, "error"),
-     (70, "INTERNAL", 70, "error"), (130, "INTERRUPTED", 130, "error"), (99, "EXIT_99", 99, "error")],
-)  # fmt: skip
-def test_job_summary_names_the_verdict_and_sets_the_job_status(code, name, status, level, tmp_path, monkeypatch,
-                                                               capsys):  # fmt: skip
+    [
+        (0, "PASS", 0, "notice"),
+        (1, "FAIL", 1, "error"),
+        (3, "INCONCLUSIVE", 3, "error"),
+        (4, "NO_BASELINE", 0, "warning"),
+        (10, "INCOMPLETE", 10, "error"),
+        (6, "NO_GPU", 6, "error"),
+        (70, "INTERNAL", 70, "error"),
+        (130, "INTERRUPTED", 130, "error"),
+        (99, "EXIT_99", 99, "error"),
+    ],
+)
+def test_job_summary_names_the_verdict_and_sets_the_job_status(
+    code, name, status, level, tmp_path, monkeypatch, capsys
+):
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     assert jobsummary.main(["--stage", "kernel gate", "--exit-code", str(code)]) == status
@@ -116,8 +133,14 @@ def test_strict_makes_a_missing_baseline_fail_the_job():
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "HOME": str(repo), "PATH": "/usr/bin:/bin"}  # fmt: skip
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "HOME": str(repo),
+        "PATH": "/usr/bin:/bin",
+    }
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
 
 
@@ -212,8 +235,16 @@ def test_session_args_pass_the_refs_to_the_builder():
     from ci.trees.sessionargs import parse_session_args
 
     args = parse_session_args(["--vllm-src", "fork", "--base-ref", "origin/main", "--head-ref", "HEAD", "-k", "x"])
-    assert args.build_argv == ("--vllm", "0.25.1", "--vllm-src", "fork", "--base-ref", "origin/main",
-                               "--head-ref", "HEAD")  # fmt: skip
+    assert args.build_argv == (
+        "--vllm",
+        "0.25.1",
+        "--vllm-src",
+        "fork",
+        "--base-ref",
+        "origin/main",
+        "--head-ref",
+        "HEAD",
+    )
     assert args.rest == ("-k", "x")
 
 
@@ -225,8 +256,10 @@ def test_the_users_git_configuration_does_not_change_the_branch_patch(fork, tmp_
     git apply could not read (a misleading exit 5)."""
     home = tmp_path / "home"
     home.mkdir()
-    (home / ".gitconfig").write_text("[diff]\n\tnoprefix = true\n\tmnemonicPrefix = true\n[color]\n\tdiff = always\n"
-                                     "\tui = always\n[core]\n\tquotepath = true\n")  # fmt: skip
+    (home / ".gitconfig").write_text(
+        "[diff]\n\tnoprefix = true\n\tmnemonicPrefix = true\n[color]\n\tdiff = always\n"
+        "\tui = always\n[core]\n\tquotepath = true\n"
+    )
     monkeypatch.setenv("HOME", str(home))
     _git(fork, "config", "diff.noprefix", "true")
     _git(fork, "config", "color.diff", "always")
@@ -265,8 +298,16 @@ def test_symbolic_links_in_the_branch_or_at_the_merge_base_are_refused(fork, tmp
     assert not dest.exists()
 
 
-@pytest.mark.parametrize("path", ["csrc/moe/marlin.cxx", "vllm/kernels/k.hip", "vllm/k.cubin",
-                                  "csrc/moe/CMakeLists.txt", "vllm/third_party/CMakeLists.txt"])  # fmt: skip
+@pytest.mark.parametrize(
+    "path",
+    [
+        "csrc/moe/marlin.cxx",
+        "vllm/kernels/k.hip",
+        "vllm/k.cubin",
+        "csrc/moe/CMakeLists.txt",
+        "vllm/third_party/CMakeLists.txt",
+    ],
+)
 def test_every_compiled_source_is_refused(fork, path):
     _commit_on(fork, "feature", path, lambda p: p.write_text("compiled\n"))
     with pytest.raises(PatchError, match=rf"changes compiled sources \({path}\)"):

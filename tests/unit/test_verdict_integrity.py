@@ -68,8 +68,16 @@ def test_interrupted_tpot_run_against_the_stored_baseline_is_incomplete(tmp_path
     stored = tmp_path / "baselines" / "nvidia-h200-x1" / "tpot-qwen3-30b-a3b-like-dp1-pr.json"
     stored.parent.mkdir(parents=True)
     stored.write_bytes((X1 / "tpot-pr-ab.json").read_bytes())
-    args = ["--results", str(X1 / "tpot-pr-interrupted.json"), "--mode", "baseline", "--baseline-dir",
-            str(tmp_path / "baselines"), "--out-dir", str(tmp_path / "o")]  # fmt: skip
+    args = [
+        "--results",
+        str(X1 / "tpot-pr-interrupted.json"),
+        "--mode",
+        "baseline",
+        "--baseline-dir",
+        str(tmp_path / "baselines"),
+        "--out-dir",
+        str(tmp_path / "o"),
+    ]
     assert _gate(*args) == ExitCode.INCOMPLETE
     out = capsys.readouterr().out
     assert "did not finish (complete: false" in out and "INCOMPLETE" in out
@@ -143,9 +151,17 @@ def _bad_runs(tmp_path: Path) -> dict[str, Path]:
     def failed_case(r):
         r.settings["failed_cases"] = {"c": "illegal memory access"}
 
-    return dict([variant("correctness", correctness), variant("failed-requests", failed_requests),
-                 variant("incomplete", incomplete), variant("zero-cases", zero), variant("one-case", subset),
-                 variant("one-sample", n=1), variant("failed-case", failed_case)])  # fmt: skip
+    return dict(
+        [
+            variant("correctness", correctness),
+            variant("failed-requests", failed_requests),
+            variant("incomplete", incomplete),
+            variant("zero-cases", zero),
+            variant("one-case", subset),
+            variant("one-sample", n=1),
+            variant("failed-case", failed_case),
+        ]
+    )
 
 
 def test_record_refuses_every_run_without_complete_evidence(tmp_path):
@@ -241,8 +257,20 @@ def test_exit_codes_are_distinct():
 
 def _nox_gate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
-    cmd = [sys.executable, "-m", "nox", "--no-venv", "-f", str(ROOT / "noxfile.py"), "-s", "gate", "--",
-           *args, "--out-dir", str(tmp_path / "o")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "nox",
+        "--no-venv",
+        "-f",
+        str(ROOT / "noxfile.py"),
+        "-s",
+        "gate",
+        "--",
+        *args,
+        "--out-dir",
+        str(tmp_path / "o"),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
 
 
@@ -308,14 +336,16 @@ def test_missing_vllm_src_is_refused_before_anything_is_touched(tmp_path, patch_
 
 def test_rename_into_csrc_and_mode_only_patches_are_refused(tmp_path):
     rename = tmp_path / "rename.patch"
-    rename.write_text(f"diff --git a/{MOD} b/csrc/mod.py\nsimilarity index 100%\nrename from {MOD}\n"
-                      "rename to csrc/mod.py\n")  # fmt: skip
+    rename.write_text(
+        f"diff --git a/{MOD} b/csrc/mod.py\nsimilarity index 100%\nrename from {MOD}\nrename to csrc/mod.py\n"
+    )
     assert ("vllm/layers/mod.py", "csrc/mod.py") in patching.touched_paths(rename)
     with pytest.raises(PatchError, match="CUDA/C"):
         build.build_trees(build.BuildOptions(patch=rename, out=tmp_path / "o1"), release=make_release(tmp_path / "r"))
     out_of_vllm = tmp_path / "move-out.patch"
-    out_of_vllm.write_text(f"diff --git a/{MOD} b/docs/mod.py\nsimilarity index 100%\nrename from {MOD}\n"
-                           "rename to docs/mod.py\n")  # fmt: skip
+    out_of_vllm.write_text(
+        f"diff --git a/{MOD} b/docs/mod.py\nsimilarity index 100%\nrename from {MOD}\nrename to docs/mod.py\n"
+    )
     with pytest.raises(PatchError, match="across the vllm/ package"):
         build.build_trees(
             build.BuildOptions(patch=out_of_vllm, out=tmp_path / "o2"), release=make_release(tmp_path / "s")
@@ -340,8 +370,15 @@ def test_a_server_of_another_run_on_the_port_is_not_measured(tmp_path, monkeypat
     monkeypatch.setenv("STANDIN_CHILD_PID_FILE", str(tmp_path / "child.pid"))
     port = srv.free_port(21500 + os.getpid() % 400)
     profile = serving_config.PROFILES["smoke"]
-    argv = serving_config.serve_argv(tree, serving_config.model_dir("qwen3-30b-a3b-like"), port=port, profile=profile,
-                                     dp=1, seed=0, name="gate-other-run-base")  # fmt: skip
+    argv = serving_config.serve_argv(
+        tree,
+        serving_config.model_dir("qwen3-30b-a3b-like"),
+        port=port,
+        profile=profile,
+        dp=1,
+        seed=0,
+        name="gate-other-run-base",
+    )
     env = serving_config.server_env(tree)
     with srv.Server("other run", argv, port=port, log=tmp_path / "other.log", env=env) as other:
         other.wait_healthy(30)
@@ -360,8 +397,9 @@ def test_a_killed_gate_takes_its_servers_with_it(tmp_path):
         "           log=Path(sys.argv[1]), env={}).start()\n"
         "print(s.proc.pid, flush=True)\ntime.sleep(120)\n"
     )
-    parent = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "l.log")], stdout=subprocess.PIPE,
-                              text=True, cwd=ROOT)  # fmt: skip
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "l.log")], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
     child = int(parent.stdout.readline())
     parent.send_signal(signal.SIGKILL)
     parent.wait(timeout=10)
@@ -503,10 +541,17 @@ def test_more_crashes_than_xdists_restart_limit_still_run_every_test(pytester, m
 
 def test_a_collected_test_without_a_result_fails_the_run_with_its_name(pytester, monkeypatch):
     """Whatever loses a test (here xdist's restart limit, set to 0), the run fails and names it."""
-    no_compensation = ("def pytest_configure(config):\n"
-                       "    config.pluginmanager.getplugin('tests.cuda_isolation')._config = None\n")  # fmt: skip
-    result = _run_with_isolation(pytester, monkeypatch, MANY_CRASHES_SUITE.replace("range(6)", "range(1)"),
-                                 "--max-worker-restart", "0", conftest=no_compensation)  # fmt: skip
+    no_compensation = (
+        "def pytest_configure(config):\n    config.pluginmanager.getplugin('tests.cuda_isolation')._config = None\n"
+    )
+    result = _run_with_isolation(
+        pytester,
+        monkeypatch,
+        MANY_CRASHES_SUITE.replace("range(6)", "range(1)"),
+        "--max-worker-restart",
+        "0",
+        conftest=no_compensation,
+    )
     out = result.stdout.str()
     assert "collected test(s) never ran" in out and "never ran: test_suite.py::test_base_after[0]" in out
     assert result.ret == 1
@@ -575,8 +620,8 @@ def test_sigterm_to_nox_lets_the_stage_stop_its_servers(tmp_path):
 
 
 def test_a_busy_gpu_has_its_own_exit_code_not_no_gpu(tmp_path, monkeypatch, capsys):
+    from ci.host import gpu
     from ci.kernel import bench
-    from ci.runner import gpu
 
     busy = gpu.GpuInfo(index=0, name="NVIDIA H200", uuid="u", memory_total_mib=143771, memory_used_mib=120000)
     monkeypatch.setattr(bench, "load_trees", lambda manifest: None)
@@ -598,17 +643,19 @@ def test_a_busy_gpu_has_its_own_exit_code_not_no_gpu(tmp_path, monkeypatch, caps
 
 
 def test_every_measuring_stage_takes_a_folder_and_replaces_only_its_own_file(tmp_path, capsys):
-    """bench and tpot write kernel-results.json / tpot-results.json into --out DIR (ci/runner/outputs.py); a
+    """bench and tpot write kernel-results.json / tpot-results.json into --out DIR (ci/host/outputs.py); a
     .json --out (a file) and a file of that name the gate did not write are refused before anything runs."""
+    from ci.host import outputs
     from ci.kernel import bench
-    from ci.runner import outputs
     from ci.serving import tpot
 
     for main, name in ((bench.main, outputs.KERNEL_RESULTS), (tpot.main, outputs.TPOT_RESULTS)):
         argv = ["--manifest", str(tmp_path / "m.json"), "--out"]
         assert run_main(main, [*argv, str(tmp_path / "r.json")]) == ExitCode.USAGE
-        assert f"--out {tmp_path / 'r.json'}: --out is the folder the stage writes {name} into; pass a folder, " \
-               f"e.g. --out {tmp_path / 'r'}" in capsys.readouterr().err  # fmt: skip
+        assert (
+            f"--out {tmp_path / 'r.json'}: --out is the folder the stage writes {name} into; pass a folder, "
+            f"e.g. --out {tmp_path / 'r'}" in capsys.readouterr().err
+        )
         mine = tmp_path / "mine" / name
         mine.parent.mkdir(exist_ok=True)
         mine.write_text("my notes\n")
@@ -663,8 +710,9 @@ def test_a_suite_or_profile_the_gate_does_not_define_is_incomplete(tmp_path):
         "these results were not written by this gate's bench; re-run it"
     )
     tpot = load_results(X1 / "tpot-pr-aa.json")  # one launch pair of 8 rounds: the pr profile runs 9 pairs of 1
-    assert evidence.run_problems(tpot) == [f"case {tpot.cases[0].id}: 8 sample(s) of '{b}', at least 9 are needed"
-                                           for b in ("base", "candidate")]  # fmt: skip
+    assert evidence.run_problems(tpot) == [
+        f"case {tpot.cases[0].id}: 8 sample(s) of '{b}', at least 9 are needed" for b in ("base", "candidate")
+    ]
     for b in ("base", "candidate"):
         tpot.cases[0].samples[b] *= 2
     tpot.cases[0].extra["captures"] = {b: [i // 2 for i in range(16)] for b in ("base", "candidate")}
@@ -784,8 +832,11 @@ def test_a_release_that_requires_a_url_is_refused():
     from ci.trees import release_deps
 
     metadata = "Metadata-Version: 2.1\nName: vllm\nRequires-Dist: torch==2.11.0\nRequires-Dist: {}\n"
-    for req in ("evil @ https://example.com/evil-1.0.tar.gz", "kern @ git+https://example.com/k.git",
-                "local @ file:///tmp/x.whl"):  # fmt: skip
+    for req in (
+        "evil @ https://example.com/evil-1.0.tar.gz",
+        "kern @ git+https://example.com/k.git",
+        "local @ file:///tmp/x.whl",
+    ):
         with pytest.raises(ValueError, match="refusing a URL requirement"):
             release_deps.cpu_tier_requirements(metadata.format(req))
     lines, _ = release_deps.cpu_tier_requirements(metadata.format("numpy<2.4"))
@@ -797,8 +848,11 @@ def test_the_marker_lists_what_the_stage_wrote_and_only_that_is_replaced(tmp_pat
     ok = saved(make_results({"a": 1.0}), tmp_path / "ok.json")
     assert _gate("--results", str(ok), "--out", str(out)) == ExitCode.OK
     marker = json.loads((out / compare.OUTPUTS_MARKER).read_text())
-    assert marker == {"kind": "gate-outputs", "schema_version": 1, "files": {
-        n: sha256_file(out / n) for n in ("plot.png", "report.md", "verdict.json")}}  # fmt: skip
+    assert marker == {
+        "kind": "gate-outputs",
+        "schema_version": 1,
+        "files": {n: sha256_file(out / n) for n in ("plot.png", "report.md", "verdict.json")},
+    }
     (out / "plot.png").unlink()  # one of its own files gone since: no reason to stop
     (out / "notes.txt").write_text("mine")
     payload = {**marker, "files": {**marker["files"], "notes.txt": sha256_file(out / "notes.txt")}}
@@ -807,9 +861,14 @@ def test_the_marker_lists_what_the_stage_wrote_and_only_that_is_replaced(tmp_pat
     assert (out / "notes.txt").read_text() == "mine", "only the stage's own output names are ever removed"
     (out / compare.OUTPUTS_MARKER).write_text("[]")  # a marker that is no marker: its files are not its own
     assert _gate("--results", str(ok), "--out", str(out)) == ExitCode.USAGE
-    assert capsys.readouterr().err.strip().endswith(
-        f"--out {out}: verdict.json, report.md, plot.png there were not written by ci.core.compare (or changed since): "
-        "the stage replaces only its own files; pick another --out folder (nothing was removed)")  # fmt: skip
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            f"--out {out}: verdict.json, report.md, plot.png there were not written by ci.core.compare "
+            "(or changed since): the stage replaces only its own files; pick another --out folder (nothing was removed)"
+        )
+    )
 
 
 def test_the_bounds_are_inclusive_and_the_messages_exact(tmp_path):
@@ -824,17 +883,20 @@ def test_the_bounds_are_inclusive_and_the_messages_exact(tmp_path):
     path = saved(edge, tmp_path / "over.json")
     with pytest.raises(DataError) as err:
         load_results(path)
-    assert str(err.value) == (f"{path}: 10001 cases, more than the 10000 the gate reads; no stage of this gate writes "
-                              "so many: re-run it")  # fmt: skip
+    assert str(err.value) == (
+        f"{path}: 10001 cases, more than the 10000 the gate reads; no stage of this gate writes so many: re-run it"
+    )
     dup = make_results({})
     dup.cases = [CaseResult(id=f"d{i % 7}", unit="us", samples={"base": [1.0]}) for i in range(14)]
     with pytest.raises(DataError) as err:
         load_results(saved(dup, tmp_path / "dup.json"))
     assert str(err.value).endswith("duplicate case ids ['d0', 'd1', 'd2', 'd3', 'd4']")
     bad = make_results({"a": 1.0})
-    for settings, message in (({"identity_keys": "model"}, "settings.identity_keys should be a list of strings"),
-                              ({"inject_slowdown": "3%"}, "settings.inject_slowdown should be an integer or a number"),
-                              ({"case_filter": 3}, "settings.case_filter should be a string, found 3")):  # fmt: skip
+    for settings, message in (
+        ({"identity_keys": "model"}, "settings.identity_keys should be a list of strings"),
+        ({"inject_slowdown": "3%"}, "settings.inject_slowdown should be an integer or a number"),
+        ({"case_filter": 3}, "settings.case_filter should be a string, found 3"),
+    ):
         bad.settings = {"expected_cases": ["a"], **settings}
         with pytest.raises(DataError, match=re.escape(message)):
             load_results(saved(bad, tmp_path / "bad.json"))

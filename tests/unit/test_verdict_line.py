@@ -13,8 +13,10 @@ def test_pass_and_no_tier():
 
 
 def test_an_undeclared_non_ep_change_says_revert_or_declare():
-    failed = [f"{FUSED}::test_undeclared_paths_keep_the_base_arguments[E1-epnone-topk1]",
-              f"{FUSED}::test_undeclared_paths_keep_the_base_arguments[E5-epnone-topk2]"]  # fmt: skip
+    failed = [
+        f"{FUSED}::test_undeclared_paths_keep_the_base_arguments[E1-epnone-topk1]",
+        f"{FUSED}::test_undeclared_paths_keep_the_base_arguments[E5-epnone-topk2]",
+    ]
     assert verdict_line(failed, 10, tier="CPU tier") == (
         "gate: CPU tier FAIL: a path the change does not declare hands the kernels other arguments, on the non-EP "
         "fused path (2 failed test(s), first: test_block_size_selection.py::test_undeclared_paths_keep_the_base_"
@@ -24,14 +26,17 @@ def test_an_undeclared_non_ep_change_says_revert_or_declare():
 
 
 def test_paths_are_named_and_the_gates_own_failures_counted_apart():
-    failed = [f"{FUSED}::test_candidate_keeps_the_invariants_and_its_contract[E8-ep4-topk2-default]",
-              f"{FUSED}::test_candidate_keeps_the_invariants_and_its_contract[E8-epnone-topk2-default]",
-              "tests/ep_marlin/test_batched_path.py::test_batched_arguments_are_the_base_unless_declared",
-              "tests/unit/test_stats.py::test_x"]  # fmt: skip
+    failed = [
+        f"{FUSED}::test_candidate_keeps_the_invariants_and_its_contract[E8-ep4-topk2-default]",
+        f"{FUSED}::test_candidate_keeps_the_invariants_and_its_contract[E8-epnone-topk2-default]",
+        "tests/ep_marlin/test_batched_path.py::test_batched_arguments_are_the_base_unless_declared",
+        "tests/unit/test_stats.py::test_x",
+    ]
     line = verdict_line(failed, 0, tier="CPU tier")
     assert "on the EP fused path and the batched path and the non-EP fused path (3 failed test(s)" in line
-    assert line.endswith("; and 1 other failure(s). What to do: fix the change, or the rule in its contract.py if the "
-                         "rule is wrong")  # fmt: skip
+    assert line.endswith(
+        "; and 1 other failure(s). What to do: fix the change, or the rule in its contract.py if the rule is wrong"
+    )
     gpu = ["tests/ep_marlin/test_gpu_equivalence.py::test_ep_sum_equals_non_ep[odd-small-4-linear-tokens7-candidate]"]
     assert verdict_line(gpu, 3, tier_of(gpu)).startswith("gate: GPU suite FAIL: the candidate's outputs fail")
     assert "on the GPU suite (test_ep_sum_equals_non_ep)" in verdict_line(gpu, 3, tier_of(gpu))

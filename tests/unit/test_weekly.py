@@ -12,8 +12,18 @@ def test_the_issue_names_each_failed_check_its_verdict_log_and_reproduction(tmp_
     log = tmp_path / "newest.log"
     log.write_text("".join(f"line {i}\n" for i in range(100)) + "error: vLLM 0.35.0 is on the package index\n")
     out = tmp_path / "issue.md"
-    code = weekly.main(["--check", f"newest=14:{log}", "--check", f"main=0:{tmp_path / 'main.log'}", "--out", str(out),
-                        "--run-url", "https://example.invalid/run/7"])  # fmt: skip
+    code = weekly.main(
+        [
+            "--check",
+            f"newest=14:{log}",
+            "--check",
+            f"main=0:{tmp_path / 'main.log'}",
+            "--out",
+            str(out),
+            "--run-url",
+            "https://example.invalid/run/7",
+        ]
+    )
     text = out.read_text()
     assert code == ExitCode.FAILED and text.splitlines()[0] == weekly.TITLE
     assert "1 of 2 checks failed in https://example.invalid/run/7." in text

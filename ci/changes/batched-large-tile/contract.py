@@ -13,6 +13,5 @@ CHANGES_EP = False
 CHANGES_BATCHED = True
 
 
-def batched_block_size_m(*, capacity, assignments, num_dispatchers, global_experts, local_experts,
-                         input_itemsize, env):  # fmt: skip
+def batched_block_size_m(*, capacity, assignments, num_dispatchers, global_experts, local_experts, input_itemsize, env):
     return 64

@@ -7,7 +7,7 @@
   expert count (the local one when G is -1); called directly (no load known): from the capacity, as before.
 """
 
-from ci.kernel import spec
+from ci.moe import spec
 
 NAME = "batched-tile-from-load"
 UPSTREAM = "in the spirit of vLLM PR #56744 (open)"
@@ -17,8 +17,12 @@ CHANGES_EP = False
 CHANGES_BATCHED = True
 
 
-def batched_block_size_m(*, capacity, assignments, num_dispatchers, global_experts, local_experts,
-                         input_itemsize, env):  # fmt: skip
-    load = spec.batched_load(capacity=capacity, assignments=assignments, num_dispatchers=num_dispatchers,
-                             global_experts=global_experts, local_experts=local_experts)  # fmt: skip
+def batched_block_size_m(*, capacity, assignments, num_dispatchers, global_experts, local_experts, input_itemsize, env):
+    load = spec.batched_load(
+        capacity=capacity,
+        assignments=assignments,
+        num_dispatchers=num_dispatchers,
+        global_experts=global_experts,
+        local_experts=local_experts,
+    )
     return spec.pick_block_size_m(load, 1, 1, input_itemsize)

@@ -6,7 +6,7 @@
   its capacity rule.
 """
 
-from ci.kernel import spec
+from ci.moe import spec
 
 NAME = "block-size-override"
 UPSTREAM = "in the spirit of vLLM PR #48067 (open)"
@@ -25,6 +25,5 @@ def fused_block_size_m(*, m, topk, local_experts, global_experts, input_itemsize
     return max(forced, spec.MIN_BLOCK_SIZE_M_1_BYTE_INPUT) if input_itemsize == 1 else forced
 
 
-def batched_block_size_m(*, capacity, assignments, num_dispatchers, global_experts, local_experts,
-                         input_itemsize, env):  # fmt: skip
+def batched_block_size_m(*, capacity, assignments, num_dispatchers, global_experts, local_experts, input_itemsize, env):
     return spec.batched_block_size_m(capacity, input_itemsize)

@@ -9,7 +9,7 @@
   local one when G is -1); called directly (no load known): on the capacity, as before.
 """
 
-from ci.kernel import spec
+from ci.moe import spec
 
 NAME = "tile-oracle"
 UPSTREAM = "none yet: the gate's tile oracle (docs/tile-oracle.md), on top of vLLM PR #48144"
@@ -32,8 +32,12 @@ def fused_block_size_m(*, m, topk, local_experts, global_experts, input_itemsize
     return _with_override(tile, m_used * topk / local_experts)
 
 
-def batched_block_size_m(*, capacity, assignments, num_dispatchers, global_experts, local_experts,
-                         input_itemsize, env):  # fmt: skip
-    load = spec.batched_load(capacity=capacity, assignments=assignments, num_dispatchers=num_dispatchers,
-                             global_experts=global_experts, local_experts=local_experts)  # fmt: skip
+def batched_block_size_m(*, capacity, assignments, num_dispatchers, global_experts, local_experts, input_itemsize, env):
+    load = spec.batched_load(
+        capacity=capacity,
+        assignments=assignments,
+        num_dispatchers=num_dispatchers,
+        global_experts=global_experts,
+        local_experts=local_experts,
+    )
     return _with_override(spec.pick_block_size_m(load, 1, 1, input_itemsize), load)

@@ -48,11 +48,16 @@ def slowed(fn, sleep_us: float):
 
         if "cycles" not in state:
             if torch.cuda.is_current_stream_capturing():
-                raise RuntimeError("gate injection: the first fused_marlin_moe call is inside a graph capture, "
-                                   "so the sleep cannot be timed; nothing was injected")  # fmt: skip
+                raise RuntimeError(
+                    "gate injection: the first fused_marlin_moe call is inside a graph capture, "
+                    "so the sleep cannot be timed; nothing was injected"
+                )
             state["cycles"] = max(0, round(sleep_us * _cycles_per_us(torch)))
-            print(f"gate injection: {sleep_us} us = {state['cycles']} GPU sleep cycles a fused_marlin_moe call",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"gate injection: {sleep_us} us = {state['cycles']} GPU sleep cycles a fused_marlin_moe call",
+                file=sys.stderr,
+                flush=True,
+            )
         torch.cuda._sleep(state["cycles"])
         return fn(*args, **kwargs)
 

@@ -40,5 +40,10 @@ def scaled(model: str, name: str, *, experts: int | None = None, intermediate: i
         notes.append(f"experts scaled {full.experts} -> {experts}")
     if intermediate is not None and intermediate != full.intermediate:
         notes.append(f"intermediate scaled {full.intermediate} -> {intermediate}")
-    return replace(full, name=name, experts=experts or full.experts, intermediate=intermediate or full.intermediate,
-                   note="; ".join(notes))  # fmt: skip
+    return replace(
+        full,
+        name=name,
+        experts=experts or full.experts,
+        intermediate=intermediate or full.intermediate,
+        note="; ".join(notes),
+    )

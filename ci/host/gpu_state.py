@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ci.core import stats
-from ci.runner.gpu import query
+from ci.host.gpu import query
 
 
 class StateSampler:
@@ -46,6 +46,7 @@ class StateSampler:
         out: dict = {"samples": len(self.samples), "load_1min": median(load for _, load in self.samples)}
         indices = sorted({g.index for gpus, _ in self.samples for g in gpus})
         for field in ("sm_clock_mhz", "mem_clock_mhz", "power_draw_w", "temperature_c"):
-            out[field] = [median(getattr(g, field) for gpus, _ in self.samples for g in gpus if g.index == i)
-                          for i in indices]  # fmt: skip
+            out[field] = [
+                median(getattr(g, field) for gpus, _ in self.samples for g in gpus if g.index == i) for i in indices
+            ]
         return out

@@ -4,11 +4,11 @@ Presence is checked without importing torch (NVML through nvidia-ml-py, else
 ``nvidia-smi``), so ``nox -s gpu_tests`` can stop at once on a host without a GPU, before
 installing anything.
 
-The machine's state during a run is sampled by ``ci.runner.gpu_state``; a run's own processes are found and
-stopped by ``ci.runner.procs``.
+The machine's state during a run is sampled by ``ci.host.gpu_state``; a run's own processes are found and
+stopped by ``ci.host.procs``.
 
-CLI: ``python -m ci.runner.gpu check`` (exit 6 and one line when there is no usable GPU),
-``python -m ci.runner.gpu fingerprint`` (JSON).
+CLI: ``python -m ci.host.gpu check`` (exit 6 and one line when there is no usable GPU),
+``python -m ci.host.gpu fingerprint`` (JSON).
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def fingerprint() -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        allow_abbrev=False, prog="python -m ci.runner.gpu", description=__doc__.split("\n\n")[0]
+        allow_abbrev=False, prog="python -m ci.host.gpu", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("command", choices=("check", "fingerprint"))
     args = parser.parse_args(argv)

@@ -32,14 +32,18 @@ def results_file(out_dir: Path, name: str) -> Path:
     from ci.core.errors import UsageError
 
     if out_dir.suffix == ".json":
-        raise UsageError(f"--out {out_dir}: --out is the folder the stage writes {name} into; pass a folder, "
-                         f"e.g. --out {out_dir.with_suffix('')}")  # fmt: skip
+        raise UsageError(
+            f"--out {out_dir}: --out is the folder the stage writes {name} into; pass a folder, "
+            f"e.g. --out {out_dir.with_suffix('')}"
+        )
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"--out {out_dir}: exists and is not a folder; pass a new or existing folder")
     path = out_dir / name
     if path.is_symlink() or (path.exists() and not _is_results(path)):
-        raise UsageError(f"--out {out_dir}: {name} there is not a results file of this gate; the stage replaces "
-                         "only its own; pick another --out folder (nothing was changed)")  # fmt: skip
+        raise UsageError(
+            f"--out {out_dir}: {name} there is not a results file of this gate; the stage replaces "
+            "only its own; pick another --out folder (nothing was changed)"
+        )
     return path
 
 
@@ -49,3 +53,26 @@ def _is_results(path: Path) -> bool:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
     return isinstance(data, dict) and isinstance(data.get("kind"), str) and "cases" in data
+
+
+def save_and_check(results, out: Path, stage: str) -> int:
+    """Write a bench's results, then the error for the cases it could not time (the builds disagreed or
+    crashed; the others are in the file): what every bench stage ends with."""
+    from ci.core.errors import UndeclaredChangeError, WrongResultsError
+
+    results.save(out)
+    print(f"{stage}: {len(results.cases)} cases written to {out}")
+    failed = results.settings["failed_cases"]
+    undeclared = set(results.settings.get("undeclared_cases") or ())
+    if failed and set(failed) <= undeclared:
+        raise UndeclaredChangeError(
+            f"{len(failed)} case(s) not timed because the candidate changes the non-EP path, which its contract "
+            "does not declare: " + "; ".join(failed.values()) + f" (results, with the other cases, in {out})"
+        )
+    if failed:
+        raise WrongResultsError(
+            f"{len(failed)} case(s) not timed because the builds disagree or crashed: "
+            + "; ".join(failed.values())
+            + f" (results, with the other cases, in {out})"
+        )
+    return 0

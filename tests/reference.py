@@ -29,9 +29,19 @@ def swiglu(h: torch.Tensor, n: int, clamp: tuple[float, float, float] | None) ->
     return gate * torch.sigmoid(alpha * gate) * (up + beta)
 
 
-def reference_moe(x, w1_ref, w2_ref, topk_weights, topk_ids, expert_map=None, *, bias1=None, bias2=None,
-                  clamp: tuple[float, float, float] | None = None,
-                  input_int8: bool = False) -> torch.Tensor:  # fmt: skip
+def reference_moe(
+    x,
+    w1_ref,
+    w2_ref,
+    topk_weights,
+    topk_ids,
+    expert_map=None,
+    *,
+    bias1=None,
+    bias2=None,
+    clamp: tuple[float, float, float] | None = None,
+    input_int8: bool = False,
+) -> torch.Tensor:
     """x (M, K); w1_ref (E, 2N, K); w2_ref (E, K, N); bias1 (E, 2N), bias2 (E, K); clamp (limit, alpha, beta);
     returns float32 (M, K)."""
     local_ids = topk_ids.long() if expert_map is None else expert_map[topk_ids.long()].long()

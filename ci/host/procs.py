@@ -4,7 +4,7 @@ Every process a run starts carries ``GATE_RUN_ID=<tag>`` in its environment (the
 job; ``run_id()`` makes one up otherwise), so a clean-up finds this run's servers, engines and clients by
 the tag, never by name: two jobs on one runner each stop only their own.
 
-CLI: ``python -m ci.runner.procs leftovers [--kill-own] [--run-id TAG]`` (this run's processes still alive,
+CLI: ``python -m ci.host.procs leftovers [--kill-own] [--run-id TAG]`` (this run's processes still alive,
 killed with ``--kill-own``; then each GPU's memory in use).
 """
 
@@ -82,7 +82,7 @@ def kill_own_leftovers(tag: str) -> list[tuple[int, str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        allow_abbrev=False, prog="python -m ci.runner.procs", description=__doc__.split("\n\n")[0]
+        allow_abbrev=False, prog="python -m ci.host.procs", description=__doc__.split("\n\n")[0]
     )
     sub = parser.add_subparsers(dest="command", required=True)
     left = sub.add_parser("leftovers", help="this run's processes still alive (by GATE_RUN_ID)")
@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     found = kill_own_leftovers(args.run_id) if args.kill_own else own_leftovers(args.run_id)
     for pid, cmd in found:
         print(f"procs: leftover process {pid}{' (killed)' if args.kill_own else ''}: {cmd[:160]}")
-    from ci.runner.gpu import query
+    from ci.host.gpu import query
 
     for g in query()[1]:
         print(f"procs: GPU {g.index} {g.name}: {g.memory_used_mib} MiB in use after the job")

@@ -89,8 +89,9 @@ def batched_block_size_m(capacity: int, input_itemsize: int | None = None) -> in
     return pick_block_size_m(capacity, 1, 1, input_itemsize)
 
 
-def batched_load(*, capacity: int, assignments: int | None, num_dispatchers: int, global_experts: int,
-                 local_experts: int) -> int:  # fmt: skip
+def batched_load(
+    *, capacity: int, assignments: int | None, num_dispatchers: int, global_experts: int, local_experts: int
+) -> int:
     """The rows per expert a load-keyed batched rule (#56744-like) picks from: ``ceil(assignments *
     num_dispatchers / G)`` (G the global expert count, the local one when it is -1), at least 1 and at most the
     capacity; a direct caller (``assignments`` None: no load known) gets the capacity."""

@@ -445,6 +445,12 @@ def tile_sweep(session: nox.Session) -> None:
 
 
 @nox.session(python=False, default=False)
+def history(session: nox.Session) -> None:
+    """The history of complete runs per machine, subject and suite (`-- add RESULTS`, `-- show --machine M ...`)."""
+    _stage(session, sys.executable, "-m", "ci.core.history", *session.posargs)
+
+
+@nox.session(python=False, default=False)
 def tile_oracle(session: nox.Session) -> None:
     """The tile sweep's analysis: regret of each rule and the fitted rule (`-- --sweep FILE[.gz] --out DIR`)."""
     _stage(session, sys.executable, "-m", "ci.kernel.tile_oracle", *session.posargs)

@@ -18,6 +18,7 @@ def test_the_plan_spends_alpha_over_its_looks_and_no_more():
     assert math.isclose(sum(alphas), 1 - plan.confidence)
     single = sq.Plan.single(30)
     assert single.looks == [30] and single.confidence_at(0) == stats.DEFAULT_CONFIDENCE
+    assert single == sq.Plan(first=30, group=1, max_extra=0) and sq.Plan.single(30, 0.9).confidence_at(0) == 0.9
 
 
 @pytest.mark.parametrize(
@@ -47,6 +48,8 @@ def test_a_decided_first_look_is_the_verdict_and_no_more_captures_are_judged():
     assert [(lk.captures, lk.verdict) for lk in looks] == [(8, stats.Verdict.FAIL)]
     assert looks[0].confidence == 0.975
     assert sq.verdict(looks) is stats.Verdict.FAIL
+    (wide,) = sq.judge(base, cand, sq.Plan(first=8, group=4, max_extra=3), threshold=0.15)
+    assert wide.verdict is stats.Verdict.PASS  # the same captures judged against a 15% threshold
 
 
 def test_an_open_question_gets_the_next_groups_until_it_is_decided():

@@ -71,3 +71,14 @@ def test_a_missing_results_file_names_the_command_of_the_subject_that_writes_it(
     subjects.register(Subject(kind="d", results_file="d.json", writer="make d"))
     assert subjects.written_by("d.json") == "make d writes d.json"
     assert subjects.written_by("other.json") == "make c writes c.json; make d writes d.json"
+
+
+def test_a_subject_is_found_by_the_entry_module_its_changes_enter_through():
+    """gpu_gate's lookup: the module a change is loaded through names the subject whose GPU stages it gets."""
+    from ci.trees.variants import ENTRY_MODULES
+
+    marlin, triton = (subjects.by_entry_module(e) for e in ENTRY_MODULES)
+    assert (marlin.kind, marlin.test_folder, marlin.bench) == ("kernel-bench", "tests/ep_marlin", "ci.kernel.bench")
+    assert (triton.kind, triton.test_folder) == ("triton-moe-bench", "tests/triton_moe")
+    assert subjects.by_entry_module("vllm.nothing") is None
+    assert subjects.by_entry_module("") is None  # a subject without GPU stages (TPOT) is never the answer

@@ -70,8 +70,8 @@ PROFILE_OVERRIDES = {
 def built_decode_picks(trees: Trees, model: str, profile: Profile, dp: int, aa: bool = False) -> list[dict]:
     """The ``block_size_m`` each build's own ``fused_marlin_moe`` picks in a decode step of the profile (its
     decode batch per rank), called as a server calls it: ``global_num_experts == E`` without EP (the modular
-    kernel's -1 -> E), G and an expert map with it (``ci.kernel.picks``: the build's code, on the CPU)."""
-    from ci.kernel.picks import picked_block_size
+    kernel's -1 -> E), G and an expert map with it (``ci.moe.picks``: the build's code, on the CPU)."""
+    from ci.moe.picks import picked_block_size
     from ci.trees.variants import load_variants, put_base_first
 
     put_base_first(trees)
@@ -94,7 +94,7 @@ def built_decode_picks(trees: Trees, model: str, profile: Profile, dp: int, aa: 
                 **row,
                 **picks,
                 "global_num_experts_arg": call["global_num_experts"],
-                "picked_by": "each build's fused_marlin_moe (ci.kernel.picks)",
+                "picked_by": "each build's fused_marlin_moe (ci.moe.picks)",
             }
         )
     return rows

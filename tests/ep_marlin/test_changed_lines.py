@@ -5,7 +5,7 @@ refusals are checked in-process, the two that build are run through the CPU tier
 line-coverage plugin and the verdict line, as ``nox -s check`` runs them): the over-pick at ``G == E`` FAILs on the
 non-EP path, the GPU-only line is INCOMPLETE with its line named. How vLLM calls ``fused_marlin_moe`` without EP
 is read from the release (``ci.kernel.callers``), and the tile a build picks is recorded from the build
-(``ci.kernel.picks``).
+(``ci.moe.picks``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from ci.core.errors import ExitCode, PatchError
 from ci.kernel import callers
-from ci.kernel.picks import picked_block_size
+from ci.moe.picks import picked_block_size
 from ci.trees.build import BuildOptions, build_trees
 from ci.trees.release import Release
 from tests.ep_marlin import cpu_harness as h
@@ -106,7 +106,7 @@ def test_every_non_ep_call_the_release_makes_is_in_the_grid(trees):
 
 
 def test_the_tile_a_report_states_is_the_one_the_build_picks(trees, variants, tmp_path_factory):
-    """TPOT's results state each build's pick from its own code (ci.kernel.picks), not the gate's spec: the
+    """TPOT's results state each build's pick from its own code (ci.moe.picks), not the gate's spec: the
     over-pick patch picks 16 at G == E where the base and the spec pick 8."""
     if trees.manifest.vllm_version != WRITTEN_FOR or not trees.manifest.base_is_release:
         pytest.skip(f"the crafted patch is written against vLLM {WRITTEN_FOR} as released (forward, no overlay)")

@@ -75,7 +75,11 @@ def read_json(path: Path | str, *, kind: str | None, versions: tuple[int, ...]) 
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file")
-    payload = load_json(path)
+    return check_header(load_json(path), path, kind=kind, versions=versions)
+
+
+def check_header(payload: Any, path: Path | str, *, kind: str | None, versions: tuple[int, ...]) -> dict[str, Any]:
+    """``payload`` (read from ``path``) is an object of ``kind`` (``None``: any) at one of ``versions``."""
     if not isinstance(payload, dict):
         raise DataError(f"{path}: expected a JSON object, found {type(payload).__name__}")
     found_kind = payload.get("kind")

@@ -23,7 +23,6 @@ Usage: ``python -m ci.kernel.tile_oracle --sweep tile-sweep.json[.gz] --out DIR`
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import sys
@@ -36,8 +35,7 @@ from ci.core import stats
 from ci.core.cli import run_main
 from ci.core.errors import DataError, UsageError
 from ci.core.jsonio import write_json
-from ci.kernel.tile_sweep import KIND as SWEEP_KIND
-from ci.kernel.tile_sweep import SWEEP_FILE, Sweep, SweepCase, load_sweep
+from ci.kernel.tile_sweep import Sweep, SweepCase, load_sweep
 from ci.moe import spec
 
 KIND = "marlin-tile-oracle"
@@ -335,20 +333,7 @@ def read_sweep(path: Path) -> Sweep:
             f"--sweep {path}: no such file; run `nox -s tile_sweep` first, or pass the committed "
             "reports/<machine>/tile-oracle/*.json.gz"
         )
-    if path.suffix != ".gz":
-        return load_sweep(path)
-    try:
-        payload = json.loads(gzip.decompress(path.read_bytes()))
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: not a gzipped JSON sweep ({exc}); re-download or re-run the sweep") from None
-    if payload.get("kind") != SWEEP_KIND:
-        raise DataError(f"{path}: kind {payload.get('kind')!r}, expected {SWEEP_KIND!r}: not a tile sweep")
-    tmp = path.with_name(f".{path.stem}.{SWEEP_FILE}")
-    try:
-        tmp.write_text(json.dumps(payload))
-        return load_sweep(tmp)
-    finally:
-        tmp.unlink(missing_ok=True)
+    return load_sweep(path)
 
 
 def analyse(sweep: Sweep, min_gain: float = MIN_GAIN) -> dict:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import gzip
+import json
 import random
 import sys
 import time
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from ci.core.cli import run_main
 from ci.core.errors import DataError, IncompleteEvidenceError, UsageError
-from ci.core.jsonio import read_json, write_json
+from ci.core.jsonio import check_header, read_json, write_json
 from ci.kernel.suites import MODEL_SHAPES, BenchCase, runnable_block_sizes
 from ci.moe.routing import rank_view
 
@@ -222,8 +224,17 @@ def _check_case(where: str, raw: object) -> SweepCase:
 
 
 def load_sweep(path: Path | str) -> Sweep:
-    """Read and check a sweep dataset; a :class:`DataError` (exit 7) names what is wrong."""
-    payload = read_json(path, kind=KIND, versions=(SCHEMA_VERSION,))
+    """Read and check a sweep dataset, plain or gzipped (``.gz``: the committed form); a :class:`DataError`
+    (exit 7) names what is wrong."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        try:
+            raw = json.loads(gzip.decompress(path.read_bytes()))
+        except (OSError, ValueError) as exc:
+            raise DataError(f"{path}: not a gzipped JSON sweep ({exc}); re-download or re-run the sweep") from None
+        payload = check_header(raw, path, kind=KIND, versions=(SCHEMA_VERSION,))
+    else:
+        payload = read_json(path, kind=KIND, versions=(SCHEMA_VERSION,))
     for key, typ in (("grid", str), ("provenance", dict), ("settings", dict), ("cases", list)):
         if not isinstance(payload.get(key), typ):
             raise DataError(f"{path}: {key!r} missing or not a {typ.__name__}; re-run the sweep into a new --out")

@@ -139,7 +139,7 @@ def test_cli_reads_the_gzip_writes_both_files_and_refuses_foreign_ones(tmp_path)
         to.main(["--sweep", str(tmp_path / "none.json"), "--out", str(out)])
     bad = tmp_path / "bad.json.gz"
     bad.write_bytes(gzip.compress(b'{"kind": "other"}'))
-    with pytest.raises(DataError, match="not a tile sweep"):
+    with pytest.raises(DataError, match=r"expected a .marlin-tile-sweep. file, found kind=.other."):
         to.main(["--sweep", str(bad), "--out", str(tmp_path / "o2")])
 
 

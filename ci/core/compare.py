@@ -23,14 +23,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ci.core import baselines, evidence, report, stats, subjects
+from ci.core import baselines, evidence, report, sequential, stats, subjects
 from ci.core.cli import run_main
 from ci.core.errors import DataError, ExitCode, NoBaselineError, UsageError
 from ci.core.jsonio import sha256_file, write_json
 from ci.core.results import BenchResults, CaseResult, load_results
 
 VERDICT_KIND = "gate-verdict"
-VERDICT_VERSION = 2  # 2: a subject's per-case data under "annotations", its report cells under "cells"
+VERDICT_VERSION = 3  # 2: a subject's data under "annotations", its cells under "cells"; 3: "looks", "between_runs"
 NOISY_IQR_FRACTION = 0.05  # IQR over 5% of the median: the machine was noisy
 EXIT_CODES = {
     stats.Verdict.PASS: ExitCode.OK,
@@ -54,6 +54,8 @@ class CaseVerdict:
     annotations: dict = field(default_factory=dict)  # the subject's data (ci.core.subjects), e.g. block-size picks
     cells: dict[str, str] = field(default_factory=dict)  # the subject's report columns
     notes: list[str] = field(default_factory=list)
+    looks: list[dict] = field(default_factory=list)  # a sequential run's looks (ci.core.sequential), in order
+    between_runs: dict | None = None  # baseline mode: the unchanged build's shift that widened the interval
 
 
 @dataclass(kw_only=True)
@@ -68,6 +70,7 @@ class GateReport:
     kind: str
     provenance: dict
     problems: list[str] = field(default_factory=list)  # missing evidence (ci.core.evidence): INCOMPLETE
+    sequential: str | None = None  # the run's plan of looks (ci.core.sequential), as the report says it
 
     def to_json(self) -> dict:
         payload = asdict(self)
@@ -130,8 +133,10 @@ def _judge(
 
 
 def compare_ab(results: BenchResults, threshold: float, confidence: float) -> GateReport:
-    """Candidate vs base of the same run, paired round by round."""
+    """Candidate vs base of the same run, paired round by round; a sequential run (``settings.sequential``) is
+    judged look by look (``ci.core.sequential``), each look at the confidence the plan spends on it."""
     verdicts = _failed(results)
+    plan = sequential.plan_of(results.settings, "the results")
     for case in results.cases:
         if not {"base", "candidate"} <= set(case.samples):
             continue  # a problem of the evidence (ci.core.evidence), reported as INCOMPLETE
@@ -140,9 +145,13 @@ def compare_ab(results: BenchResults, threshold: float, confidence: float) -> Ga
         if (mb is None) != (mc is None) or (mb is not None and len(mb) != len(mc)):
             raise DataError(f"case {case.id}: the builds were timed in different captures; re-run the stage")
         if mb is not None:  # one number per pair of captures
-            effect = stats.capture_effect(mb, mc, confidence, n_base=len(base), n_cand=len(cand))
             jitter = (capture_jitter(case, "base"), capture_jitter(case, "candidate"))
-            verdicts.append(_annotate(_judge(case, base, cand, effect, threshold, jitter), case, kind=results.kind))
+            if plan is None:
+                effect = stats.capture_effect(mb, mc, confidence, n_base=len(base), n_cand=len(cand))
+                verdict = _judge(case, base, cand, effect, threshold, jitter)
+            else:
+                verdict = _judge_looks(case, mb, mc, plan, confidence, threshold, jitter)
+            verdicts.append(_annotate(verdict, case, kind=results.kind))
             continue
         n = min(len(base), len(cand))  # an interrupted run can end between the two rounds of a pair
         verdict = _judge(case, base[:n], cand[:n], stats.paired_effect(base[:n], cand[:n], confidence), threshold)
@@ -153,12 +162,49 @@ def compare_ab(results: BenchResults, threshold: float, confidence: float) -> Ga
     return _report("ab", "base build of the same run", results, verdicts, threshold, confidence, problems)
 
 
+def _judge_looks(
+    case: CaseResult,
+    mb: list[float],
+    mc: list[float],
+    plan: sequential.Plan,
+    confidence: float,
+    threshold: float,
+    jitter: Sequence[Sequence[float]],
+) -> CaseVerdict:
+    """A case of a sequential run: the looks of ``plan`` (at ``confidence`` spent over them) up to the first
+    that decides, or the last its captures reach; the verdict and the interval are that look's. Fewer captures
+    than the first look (an evidence problem: INCOMPLETE) are judged once, at the first look's confidence."""
+    plan = replace(plan, confidence=confidence)
+    if len(mb) < plan.first:
+        plan = sequential.Plan.single(len(mb), plan.confidence_at(0))
+    looks = sequential.judge(mb, mc, plan, threshold)
+    last = looks[-1]
+    judged = set(sorted(set(subjects.capture_ids(case, "base")))[: last.captures])
+    kept = {side: [x for x, b in _with_ids(case, side) if b in judged] for side in ("base", "candidate")}
+    effect = replace(last.effect, n_base=len(kept["base"]), n_candidate=len(kept["candidate"]))
+    verdict = _judge(case, kept["base"], kept["candidate"], effect, threshold, jitter)
+    verdict.looks = [sequential.look_json(look) for look in looks]
+    if last.captures < len(mb):
+        verdict.notes.append(
+            f"judged at look {len(looks)} ({last.captures} captures); the {len(mb) - last.captures} later "
+            "capture(s) are no look of the plan's and were left out"
+        )
+    return verdict
+
+
+def _with_ids(case: CaseResult, side: str) -> list[tuple[float, int]]:
+    return list(zip(case.samples[side], subjects.capture_ids(case, side) or [], strict=True))
+
+
 def compare_baseline(
     results: BenchResults, baseline: BenchResults, side: str, threshold: float, confidence: float, where: str
 ) -> GateReport:
-    """This run's ``side`` build vs the same build in the stored baseline (unpaired)."""
+    """This run's ``side`` build vs the same build in the stored baseline. Two runs differ by more than their
+    captures show (a board, a machine start, a process), so the candidate side's interval is widened by the
+    base build's shift between the two runs, measured the same way (``stats.between_runs``)."""
     verdicts = _failed(results)
     stored_cases = baseline.by_id()
+    matched = subjects.subject_of(results.kind).captures_match_across_runs
     for case in results.cases:
         if side not in case.samples:
             continue  # a problem of the evidence (ci.core.evidence), reported as INCOMPLETE
@@ -175,33 +221,70 @@ def compare_baseline(
                 )
             )
             continue
+        effect, notes, jitter = _across_runs(stored, case, side, confidence, matched)
         ref, got = stored.samples[side], case.samples[side]
-        ref_captures, got_captures = capture_medians(stored, side), capture_medians(case, side)
-        if ref_captures is not None and got_captures is not None:  # captures against captures
-            matched = subjects.subject_of(results.kind).captures_match_across_runs
-            if matched and _same_captures(stored, case, side):  # capture b drew the same inputs in both runs: pair them
-                paired = stats.capture_effect(ref_captures, got_captures, confidence, n_base=len(ref), n_cand=len(got))
-                effect = replace(paired, method=stats.METHOD_CAPTURES_BASELINE)
+        shift = None
+        if side != "base":
+            shift = _between_runs(stored, case, confidence, matched)
+            if shift is None:
+                notes.append("the base build is not in both runs: the between-run error is not in the interval")
             else:
-                unpaired = stats.unpaired_effect(ref_captures, got_captures, confidence)
-                effect = replace(unpaired, method=stats.METHOD_CAPTURES_UNPAIRED, n_base=len(ref), n_candidate=len(got))
-            verdict = _judge(
-                case, ref, got, effect, threshold, (capture_jitter(stored, side), capture_jitter(case, side))
-            )
-        else:
-            verdict = _judge(case, ref, got, stats.unpaired_effect(ref, got, confidence), threshold)
-            if (ref_captures is None) != (got_captures is None):
-                verdict.notes.append("one side was timed in one capture: the interval leaves the capture error out")
+                effect = stats.between_runs(effect, shift)
+        verdict = _judge(case, ref, got, effect, threshold, jitter)
+        verdict.notes += notes
+        if shift is not None:
+            verdict.between_runs = {"ratio": shift.ratio, "ci_low": shift.ci_low, "ci_high": shift.ci_high}
         verdicts.append(_annotate(verdict, case, stored, side, kind=results.kind))
     problems = evidence.baseline_problems(results, baseline, side)
     return _report("baseline", f"{side} build in {where}", results, verdicts, threshold, confidence, problems)
 
 
-def _same_captures(stored: CaseResult, case: CaseResult, side: str) -> bool:
-    """Both runs timed ``side`` in the same captures (ids 0..n-1 alike): a stage that seeds capture b's inputs,
-    order and pad by case id and b (the kernel bench does) gives capture b of two runs the same work."""
-    ids = [set(subjects.capture_ids(c, side) or ()) for c in (stored, case)]
-    return ids[0] == ids[1]
+def _across_runs(
+    stored: CaseResult, case: CaseResult, side: str, confidence: float, matched: bool
+) -> tuple[stats.Effect, list[str], tuple | None]:
+    """``side`` of ``case`` against ``side`` of ``stored``: captures paired by index where the subject's capture b
+    does the same work in every run (``matched``) and the runs share their captures (a sequential run's extra
+    captures are left out of the pairs), else unpaired over the capture medians; the samples unpaired for
+    results of one capture. Returns the effect, its notes and what the noise note looks at."""
+    ref, got = stored.samples[side], case.samples[side]
+    ref_captures, got_captures = capture_medians(stored, side), capture_medians(case, side)
+    if ref_captures is None or got_captures is None:
+        notes = []
+        if (ref_captures is None) != (got_captures is None):
+            notes.append("one side was timed in one capture: the interval leaves the capture error out")
+        return stats.unpaired_effect(ref, got, confidence), notes, None
+    jitter = (capture_jitter(stored, side), capture_jitter(case, side))
+    shared = _shared_captures(stored, case, side) if matched else None
+    if shared is None:
+        unpaired = stats.unpaired_effect(ref_captures, got_captures, confidence)
+        effect = replace(unpaired, method=stats.METHOD_CAPTURES_UNPAIRED, n_base=len(ref), n_candidate=len(got))
+        return effect, [], jitter
+    pair = [
+        stats.capture_medians(*zip(*[(x, b) for x, b in _with_ids(c, side) if b in shared], strict=False))
+        for c in (stored, case)
+    ]
+    paired = stats.capture_effect(pair[0], pair[1], confidence, n_base=len(ref), n_cand=len(got))
+    notes = []
+    left = len(set(subjects.capture_ids(stored, side))) + len(set(subjects.capture_ids(case, side))) - 2 * len(shared)
+    if left:
+        notes.append(f"{left} capture(s) of one run only (a sequential run's extra captures) left out of the pairs")
+    return replace(paired, method=stats.METHOD_CAPTURES_BASELINE), notes, jitter
+
+
+def _between_runs(stored: CaseResult, case: CaseResult, confidence: float, matched: bool) -> stats.Effect | None:
+    """The base build's shift from the stored run to this one (the same method as the judged side), or None
+    where either run lacks the base build."""
+    if "base" not in stored.samples or "base" not in case.samples:
+        return None
+    return _across_runs(stored, case, "base", confidence, matched)[0]
+
+
+def _shared_captures(stored: CaseResult, case: CaseResult, side: str) -> set[int] | None:
+    """The captures both runs timed ``side`` in, where one run's are all among the other's (a stage that seeds
+    capture b's inputs, order and pad by case id and b, as the kernel bench does, gives capture b of two runs
+    the same work; a sequential run may add captures b = n, n + 1, ...); None where they are not so nested."""
+    ids = sorted((set(subjects.capture_ids(c, side) or ()) for c in (stored, case)), key=len)
+    return ids[0] if ids[0] <= ids[1] else None
 
 
 def _failed(results: BenchResults) -> list[CaseVerdict]:
@@ -221,7 +304,9 @@ def _failed(results: BenchResults) -> list[CaseVerdict]:
 
 def _report(mode, reference, results, verdicts, threshold, confidence, problems) -> GateReport:
     found = [v.verdict for v in verdicts] + ([stats.Verdict.INCOMPLETE] if problems else [])
+    plan = sequential.plan_of(results.settings, "the results") if mode == "ab" else None
     return GateReport(
+        sequential=None if plan is None else replace(plan, confidence=confidence).describe(),
         mode=mode,
         reference=reference,
         threshold=threshold,

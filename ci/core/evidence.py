@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ci.core import subjects
+from ci.core import sequential, subjects
 from ci.core.errors import GateError
 from ci.core.results import BenchResults
 
@@ -94,6 +94,9 @@ def run_problems(
             floor, least_captures = max(MIN_SAMPLES, subject.min_samples(results)), subject.min_captures(results)
     except GateError:
         pass  # the suite is not one the subject defines: said above
+    plan = sequential.plan_of(settings, "the results")
+    if plan is not None and design_floors:  # the plan's first look judges that many: fewer is an unfinished run
+        least_captures = max(least_captures, plan.first)
     for case in results.cases:
         for side in sides:
             n = len(case.samples.get(side, []))

@@ -52,6 +52,8 @@ def summarize(name: str, inject: float, gate: GateReport, wall_time_s: float) ->
         "largest_ci_width": max(widths, default=None),
         "wall_time_s": round(wall_time_s, 1),
         "not_pass": sorted(c.id for c in gate.cases if c.verdict != stats.Verdict.PASS),
+        # a sequential run (ci.core.sequential): the cases judged after more than one look, and their looks
+        "looked_again": {c.id: len(c.looks) for c in gate.cases if len(c.looks) > 1},
     }
 
 
@@ -130,7 +132,8 @@ def record_run(
 ) -> dict:
     """Judge one run as the gate judges a change (A/B), add its row (with ``extra``) and the pooled shares to
     ``payload``, and write the table so far (``SUMMARY_JSON``, ``SUMMARY_MD`` by ``markdown``) into ``out``."""
-    gate = compare_ab(results, stats.DEFAULT_THRESHOLD, stats.DEFAULT_CONFIDENCE)
+    settings = payload.get("settings") or {}
+    gate = compare_ab(results, settings.get("threshold", stats.DEFAULT_THRESHOLD), stats.DEFAULT_CONFIDENCE)
     payload["provenance"] = results.provenance
     row = {**summarize(name, inject, gate, wall_time_s), **extra}
     payload["runs"].append(row)

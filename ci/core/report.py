@@ -34,6 +34,13 @@ def _ratio(gate_case) -> tuple[str, str]:
     return f"{e.ratio:.3f}", f"[{e.ci_low:.3f}, {hi}]"
 
 
+def looks_cell(looks: list[dict]) -> str:
+    """A sequential case's looks, in order: captures judged, verdict and ratio at each (``-``: one look)."""
+    if len(looks) < 2:
+        return "-"
+    return " → ".join(f"{k['captures']}: {k['verdict']} {k['ratio']:.3f}" for k in looks)
+
+
 def title(provenance: dict | None) -> str:
     """The gate's name as the stage that wrote the results recorded it (``provenance.gate``)."""
     name = (provenance or {}).get("gate")
@@ -44,14 +51,18 @@ def markdown(gate) -> str:
     """The verdict table: one row a case, then the method and units."""
     pct = f"{gate.threshold:.0%}"
     extra = list(subjects.subject_of(gate.kind).columns(gate.mode))
+    looked = any(len(c.looks) > 1 for c in gate.cases)
     lines = [
         f"### {title(gate.provenance)} ({gate.kind}, suite `{gate.suite}`): {gate.overall.value}",
         "",
         f"Compared with the {gate.reference}; FAIL when the whole {gate.confidence:.0%} interval of the ratio "
-        f"lies above 1 + {pct}, INCONCLUSIVE when it straddles it.",
+        f"lies above 1 + {pct}, INCONCLUSIVE when it straddles it."
+        + (f" Sequential: {gate.sequential}; each look's interval at its own confidence." if gate.sequential else ""),
         "",
-        "| " + " | ".join(["case", "reference", "measured", "ratio", "CI", "verdict", *extra]) + " |",
-        "|---|---:|---:|---:|---|---|" + "---|" * len(extra),
+        "| "
+        + " | ".join(["case", "reference", "measured", "ratio", "CI", "verdict", *extra])
+        + (" | looks |" if looked else " |"),
+        "|---|---:|---:|---:|---|---|" + "---|" * (len(extra) + looked),
     ]
     for c in gate.cases:
         ratio, ci = _ratio(c)
@@ -64,6 +75,8 @@ def markdown(gate) -> str:
             MARKS[c.verdict],
             *(c.cells.get(column, "-") for column in extra),
         ]
+        if looked:
+            row.append(looks_cell(c.looks))
         lines.append("| " + " | ".join(row) + " |")
     counts = {v: sum(c.verdict == v for c in gate.cases) for v in Verdict}
     timed = [c for c in gate.cases if c.effect is not None]

@@ -17,8 +17,12 @@ It decides no verdict: it says which designs would meet the targets, beside the 
 error-rate stages, and it is only as good as the runs it draws from (a bootstrap never draws outside the
 spread those runs showed, and a few runs can miss a rare large error).
 
+``--sequential 9+3x3`` rates a sequential design (``ci.core.sequential``: a first look after 9 captures, then up
+to 3 groups of 3 while INCONCLUSIVE, the error spent over the looks) from the same numbers, with the captures
+it used.
+
 Usage: ``python -m ci.core.resample --results A.json [B.json ...] --out DIR [--captures 6,8,10,12]
-[--rounds R] [--levels 0,0.02,0.035,0.05] [--trials 20000] [--seed 0] [--earlier-designs]``; writes
+[--sequential 9+3x3] [--rounds R] [--levels 0,0.02,0.035,0.05] [--trials 20000] [--seed 0] [--earlier-designs]``; writes
 ``DIR/resampled-rates.json`` and ``DIR/resampled-rates.md`` (and replaces only those, when it wrote them).
 """
 
@@ -32,7 +36,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from ci.core import evidence, rates, stats, subjects
+from ci.core import evidence, rates, sequential, stats, subjects
 from ci.core.cli import run_main
 from ci.core.errors import DataError, IncompleteEvidenceError, UsageError
 from ci.core.jsonio import read_json, write_json
@@ -117,6 +121,55 @@ def resampled_shares(
     return {v: n / trials for v, n in counts.items()}
 
 
+def resampled_sequential(
+    null: Sequence[float],
+    true_ratio: float,
+    plan: sequential.Plan,
+    *,
+    trials: int = DEFAULT_TRIALS,
+    seed: str | int = 0,
+    threshold: float = stats.DEFAULT_THRESHOLD,
+) -> dict[str, float]:
+    """``resampled_shares`` for a sequential design (``ci.core.sequential``): each resampled run draws the plan's
+    most captures and is judged look by look as the gate judges one, stopping at the first decided look; with
+    the captures it used, on the mean and at most."""
+    if not null or trials < 1 or true_ratio <= 0:
+        raise ValueError(f"resampling needs measured numbers, trials and a ratio > 0 (got {len(null)}, {trials})")
+    rng = random.Random(seed)
+    shift = math.log(true_ratio)
+    ones = [1.0] * plan.most_captures
+    counts = dict.fromkeys((v.value for v in stats.Verdict), 0)
+    used = []
+    for _ in range(trials):
+        cand = [math.exp(rng.choice(null) + shift) for _ in range(plan.most_captures)]
+        looks = sequential.judge(ones, cand, plan, threshold)
+        counts[sequential.verdict(looks).value] += 1
+        used.append(looks[-1].captures)
+    shares: dict[str, float] = {v: n / trials for v, n in counts.items()}
+    return {**shares, "mean_captures": sum(used) / trials, "most_captures": max(used)}
+
+
+def parse_design(text: str) -> sequential.Plan:
+    """``FIRST+GROUPxMAX`` (e.g. ``9+3x3``: 9 captures, then up to 3 groups of 3), a sequential plan that can
+    decide at every look; a :class:`UsageError` naming the form otherwise."""
+    try:
+        first, rest = text.split("+")
+        group, most = rest.lower().split("x")
+        plan = sequential.Plan(first=int(first), group=int(group), max_extra=int(most))
+    except ValueError:
+        raise UsageError(
+            f"--sequential {text!r}: give FIRST+GROUPxMAX, e.g. 9+3x3 (9 captures, then up to 3 groups of 3)"
+        ) from None
+    why = plan.undecidable()
+    if why:
+        raise UsageError(f"--sequential {text!r}: {why}")
+    return plan
+
+
+def design_key(plan: sequential.Plan) -> str:
+    return f"{plan.first}+{plan.group}x{plan.max_extra}"
+
+
 def _label(level: float) -> str:
     return "A/A (no change)" if level == 0 else f"+{level:.1%}"
 
@@ -166,14 +219,20 @@ def markdown(payload: dict) -> str:
             "|---:|" + "---|" * len(s["levels"]),
         ]
         for k, cells in case["shares"].items():
-            row = [
-                " / ".join(rates.pct(cells[rates.level_key(f)][v]) for v in ("FAIL", "INCONCLUSIVE", "PASS"))
-                for f in s["levels"]
-            ]
-            lines.append(f"| {k} | " + " | ".join(row) + " |")
+            lines.append(f"| {k} | " + " | ".join(_cell(cells[rates.level_key(f)]) for f in s["levels"]) + " |")
+        for k, cells in (case.get("sequential") or {}).items():
+            label = f"{k} (sequential: a first look, then groups while INCONCLUSIVE)"
+            lines.append(f"| {label} | " + " | ".join(_cell(cells[rates.level_key(f)]) for f in s["levels"]) + " |")
         targets = [rates.TARGETS.get("aa" if f == 0 else f, "-") for f in s["levels"]]
         lines.append("| target | " + " | ".join(targets) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _cell(cell: dict) -> str:
+    shares = " / ".join(rates.pct(cell[v]) for v in ("FAIL", "INCONCLUSIVE", "PASS"))
+    if "mean_captures" not in cell:
+        return shares
+    return f"{shares} ({cell['mean_captures']:.1f} captures on the mean, at most {cell['most_captures']})"
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -228,6 +287,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, nargs="+", required=True, help="complete A/A results files")
     parser.add_argument("--out", type=Path, required=True, help=f"folder for {OUTPUT_JSON} and {OUTPUT_MD}")
     parser.add_argument("--captures", type=_ints, default=DEFAULT_CAPTURES, help="captures a run, e.g. 6,8,10")
+    parser.add_argument(
+        "--sequential",
+        type=lambda text: tuple(parse_design(x) for x in text.split(",") if x.strip()),
+        default=(),
+        help="sequential designs too, FIRST+GROUPxMAX, e.g. 9+3x3 (ci.core.sequential)",
+    )
     parser.add_argument("--rounds", type=int, help="use the first R samples of each build in each capture")
     parser.add_argument("--levels", type=_levels, default=DEFAULT_LEVELS, help="true slowdowns, e.g. 0,0.02,0.05")
     parser.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="resampled runs a cell (%(default)s)")
@@ -274,6 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             null.setdefault(case.id, []).extend(null_log_ratios(case, args.rounds))
     settings = {
         "captures": list(args.captures),
+        "sequential": [design_key(p) for p in args.sequential],
         "rounds": args.rounds,
         "levels": list(args.levels),
         "trials": args.trials,
@@ -301,7 +367,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
             for k in args.captures
         }
-        payload["cases"][case_id] = {"null": _spread(numbers), "log_ratios": numbers, "shares": shares}
+        designs = {
+            design_key(plan): {
+                rates.level_key(f): resampled_sequential(
+                    numbers, 1 + f, plan, trials=args.trials, seed=f"{args.seed}/{case_id}/{design_key(plan)}/{f}"
+                )
+                for f in args.levels
+            }
+            for plan in args.sequential
+        }
+        payload["cases"][case_id] = {
+            "null": _spread(numbers),
+            "log_ratios": numbers,
+            "shares": shares,
+            "sequential": designs,
+        }
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / OUTPUT_JSON, payload)
     text = markdown(payload)

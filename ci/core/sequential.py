@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ci.core import stats
+from ci.core.errors import DataError
 
 FIRST_SHARE = 0.5  # of alpha, spent at the first look; the rest is shared by the extra looks
 
@@ -63,6 +64,62 @@ class Plan:
     def most_captures(self) -> int:
         return self.looks[-1]
 
+    def undecidable(self) -> str | None:
+        """Why a look of the plan could never decide (too few captures for its interval to be bounded), or None."""
+        for k, n in enumerate(self.looks[:2]):  # the first look, and the first extra one (the others have more)
+            need = stats.least_decisive(self.confidence_at(k))
+            if n < need:
+                return (
+                    f"its look {k + 1} judges {n} captures at {self.confidence_at(k):.2%}, which needs at least {need}"
+                )
+        return None
+
+    def to_settings(self, threshold: float) -> dict:
+        """What a results file records (``settings.sequential``): the plan, and the threshold the stage judged
+        each look at to decide whether to go on."""
+        return {
+            "first": self.first,
+            "group": self.group,
+            "max_extra": self.max_extra,
+            "confidence": self.confidence,
+            "threshold": threshold,
+        }
+
+    def describe(self) -> str:
+        """One line for the budget a stage prints before it starts."""
+        if self.max_extra == 0:
+            return f"one look after {self.first} captures ({self.confidence:.1%}; sequential off)"
+        return (
+            f"a first look after {self.first} captures ({self.confidence_at(0):.2%}), then, while INCONCLUSIVE, up "
+            f"to {self.max_extra} x {self.group} more ({self.confidence_at(1):.2%} each): at most {self.most_captures}"
+        )
+
+
+def plan_of(settings: dict, where: str = "results") -> Plan | None:
+    """The plan a results file records (``settings.sequential``), or None (a run of one look)."""
+    recorded = settings.get("sequential")
+    if recorded is None:
+        return None
+    keys = ("first", "group", "max_extra", "confidence")
+    if not isinstance(recorded, dict) or any(k not in recorded for k in keys):
+        raise DataError(
+            f"{where}: settings.sequential should hold {', '.join(keys)} (got {recorded!r}); re-run the stage"
+        )
+    try:
+        return Plan(**{k: recorded[k] for k in keys})
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{where}: settings.sequential: {exc}; re-run the stage") from exc
+
+
+def more_captures(medians: dict[str, Sequence[float]], plan: Plan, threshold: float) -> int:
+    """How many captures a stage adds now, given the capture medians of each side so far (``base`` and
+    ``candidate``, at a look of ``plan``): the next group while the looks so far are INCONCLUSIVE and the plan
+    has a look left, else 0."""
+    looks = judge(medians["base"], medians["candidate"], plan, threshold)
+    if verdict(looks) is not stats.Verdict.INCONCLUSIVE or len(looks) >= len(plan.looks):
+        return 0
+    return plan.looks[len(looks)] - len(medians["base"])
+
 
 @dataclass(frozen=True)
 class Look:
@@ -95,6 +152,19 @@ def judge(
 
 def verdict(looks: Sequence[Look]) -> stats.Verdict:
     return looks[-1].verdict
+
+
+def look_json(look: Look) -> dict:
+    """A look as the verdict file records it."""
+    e = look.effect
+    return {
+        "captures": look.captures,
+        "confidence": look.confidence,
+        "ratio": e.ratio,
+        "ci_low": e.ci_low,
+        "ci_high": e.ci_high,
+        "verdict": look.verdict.value,
+    }
 
 
 # pragma: no mutate start

@@ -31,7 +31,7 @@ import math
 import random
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 DEFAULT_THRESHOLD = 0.03
 DEFAULT_CONFIDENCE = 0.95
@@ -43,6 +43,7 @@ METHOD_CAPTURES_BASELINE = (
     "hodges-lehmann over captures paired by index with the baseline's (the same inputs), "
     "wilcoxon signed-rank CI over captures"
 )
+METHOD_BETWEEN_RUNS = "widened by the base side's shift between the two runs (the between-run error)"
 # The noise model of the simulation, measured on an H200 (the kernel bench's CUDA graphs of 20 calls):
 # per-sample CV 0.2-0.7% and rare +7% outliers.
 SIM_CV_RANGE = (0.002, 0.007)
@@ -232,12 +233,24 @@ def _exp(x: float) -> float:
         return math.inf
 
 
+def signed_rank_k(n: int, confidence: float) -> int:
+    """How many Walsh averages the Wilcoxon signed-rank interval of ``n`` values leaves out at each end (normal
+    approximation); below 0 the interval is unbounded: ``n`` is too few for ``confidence``."""
+    sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
+    return math.floor(n * (n + 1) / 4 - z_score(confidence) * sd)
+
+
+def least_decisive(confidence: float) -> int:
+    """The fewest values whose signed-rank interval at ``confidence`` is bounded (5 at 95%, 7 at 97.5%, 9 at 99.17%)."""
+    n = 1
+    while signed_rank_k(n, confidence) < 0:
+        n += 1
+    return n
+
+
 def _signed_rank(d: Sequence[float], confidence: float, method: str, n_base: int, n_cand: int) -> Effect:
     """Hodges-Lehmann estimate of the centre of ``d`` with the Wilcoxon signed-rank interval."""
-    n = len(d)
-    sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
-    k = math.floor(n * (n + 1) / 4 - z_score(confidence) * sd)
-    return _effect(_Pairs(sorted(d)), k, confidence, method, n_base, n_cand)
+    return _effect(_Pairs(sorted(d)), signed_rank_k(len(d), confidence), confidence, method, n_base, n_cand)
 
 
 def paired_effect(base: Sequence[float], cand: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> Effect:
@@ -298,6 +311,25 @@ def unpaired_effect(base: Sequence[float], cand: Sequence[float], confidence: fl
     n, m = len(lb), len(lc)
     k = math.floor(n * m / 2 - z_score(confidence) * math.sqrt(n * m * (n + m + 1) / 12))
     return _effect(_Pairs(lb, lc), k, confidence, METHOD_UNPAIRED, n, m)
+
+
+def between_runs(effect: Effect, drift: Effect) -> Effect:
+    """``effect`` (a build of this run against the same build of a stored run) with the error between the two
+    runs added: ``drift`` is a build that did not change, measured the same way (this run's base against the
+    stored base), and whatever it moved by (a board, a machine start, a process: code-free) could have moved
+    ``effect`` as much, either way. So the interval is widened at each end by the largest shift ``drift``'s
+    interval allows (its bound farthest from 1, on the log scale); the estimate stays. A drift interval that
+    holds 1 still widens by its own half-width: the run-to-run error is known only that well."""
+    lo, hi = drift.ci_low, drift.ci_high
+    if not (lo > 0 and math.isfinite(hi)):
+        return replace(effect, ci_low=0.0, ci_high=math.inf, method=f"{effect.method}; {METHOD_BETWEEN_RUNS}")
+    shift = max(abs(math.log(lo)), abs(math.log(hi)))
+    return replace(
+        effect,
+        ci_low=effect.ci_low * math.exp(-shift),
+        ci_high=effect.ci_high * math.exp(shift),
+        method=f"{effect.method}; {METHOD_BETWEEN_RUNS}",
+    )
 
 
 def decide(effect: Effect, threshold: float = DEFAULT_THRESHOLD) -> Verdict:

@@ -27,7 +27,11 @@ The cases and suites are ``ci.kernel.suites``; a case's inputs and calls ``ci.ke
 and the capture schedule ``ci.timing``; this module is the correctness check before timing, the regret sweep, the
 results and the CLI.
 
-Usage: ``python -m ci.kernel.bench --manifest M [--suite default|quick] [--repeats 90] [--captures 30] --out DIR``
+A case still INCONCLUSIVE after its captures gets a group of 10 more, judged again, up to 3 groups
+(``ci.core.sequential``: the looks spend the error, so the rates hold; ``--sequential off``, ``--max-extra``).
+
+Usage: ``python -m ci.kernel.bench --manifest M [--suite default|quick] [--repeats 90] [--captures 30]
+[--sequential on|off] [--max-extra 3] [--threshold 0.03] --out DIR``
 (writes ``DIR/kernel-results.json``)
 """
 
@@ -39,7 +43,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ci.core import stats
+from ci.core import sequential, stats
 from ci.core.cli import run_main
 from ci.core.errors import UndeclaredChangeError, UsageError, WrongResultsError
 from ci.core.results import BenchResults, CaseResult
@@ -48,7 +52,7 @@ from ci.kernel.formats import FORMATS_BY_NAME
 from ci.kernel.graphs import CaseRunner
 from ci.kernel.suites import SUITES, BenchCase, runnable_block_sizes, suite_cases
 from ci.moe.routing import rank_view
-from ci.timing.captures import time_in_captures
+from ci.timing.captures import add_plan_arguments, plan_for, time_sequentially
 from ci.timing.graphs import CALLS_PER_GRAPH, ROTATING_INPUTS, WARMUP_REPLAYS, calibrate_slowdown, sleep_calibration
 from ci.trees import provenance
 from ci.trees.manifest import load_trees
@@ -123,9 +127,14 @@ def run_case(
     inject: float = 0.0,
     sleep: dict | None = None,
     non_ep_declared: bool = False,
+    plan: sequential.Plan | None = None,
+    threshold: float = stats.DEFAULT_THRESHOLD,
+    log=None,
 ) -> CaseResult:
-    """Time one case in ``captures``; ``inject`` > 0 (an A/A run): the candidate's graphs carry a GPU sleep
-    that makes them ``inject`` slower than the base (``calibrate_slowdown``)."""
+    """Time one case in ``captures``, and with a sequential ``plan`` (``ci.core.sequential``) a group more each
+    time it is INCONCLUSIVE at ``threshold``, up to the plan's cap (None: one look); ``inject`` > 0 (an A/A
+    run): the candidate's graphs carry a GPU sleep that makes them ``inject`` slower than the base
+    (``calibrate_slowdown``)."""
     base, cand = variants
     modules = {v.name: v.marlin_moe for v in variants}
     picks = {v.name: picked_block_size(runner, v.marlin_moe) for v in variants}
@@ -137,12 +146,14 @@ def run_case(
             raise UsageError("an injected slowdown is timed in an A/A run (--aa), with the GPU's sleep calibration")
         injected = calibrate_slowdown(runner, base.marlin_moe, inject, sleep)
         sleep_of["candidate"] = injected["sleep_cycles"]
-    samples, capture_of = time_in_captures(
+    samples, capture_of, groups = time_sequentially(
         runner,
         runner.case.id,
-        captures,
+        plan or sequential.Plan.single(captures),
         max(1, repeats // captures),
         lambda name: runner.capture(modules[name], sleep_cycles=sleep_of[name]),
+        threshold,
+        log,
     )
     per_bm: dict[str, list[float]] = {}
     if block_size_repeats > 0:
@@ -151,7 +162,7 @@ def run_case(
             for bm, g in bm_graphs.items():
                 per_bm.setdefault(str(bm), []).append(runner.time_us(g))
         del bm_graphs
-    extra = {"block_sizes_us": per_bm, "correctness": correctness, "captures": capture_of}
+    extra = {"block_sizes_us": per_bm, "correctness": correctness, "captures": capture_of, "groups": groups}
     if injected:
         extra["injected"] = injected
     c = runner.case
@@ -209,8 +220,11 @@ def run_suite(
     block_size_repeats: int = BLOCK_SIZE_REPEATS,
     inject: float = 0.0,
     log=_print,
+    plan: sequential.Plan | None = None,
+    threshold: float = stats.DEFAULT_THRESHOLD,
 ) -> BenchResults:
-    """Time ``cases``; ``inject`` > 0 needs ``aa`` (the candidate is the base plus a calibrated sleep)."""
+    """Time ``cases``, each by ``plan`` (None: one look of ``captures``); ``inject`` > 0 needs ``aa`` (the
+    candidate is the base plus a calibrated sleep)."""
     if inject and not aa:
         raise UsageError("--inject-slowdown is an A/A run with a slowed candidate: pass --aa too")
     import torch
@@ -224,6 +238,8 @@ def run_suite(
     if aa:  # A/A: the base build against itself, to see the noise the gate must tolerate
         variants = (variants[0], Variant("candidate", variants[0].marlin_moe))
     sleep = sleep_calibration(torch) if inject else None
+    plan = plan or sequential.Plan.single(captures)
+    log(f"bench: {len(cases)} case(s), {max(1, repeats // captures)} round(s) a capture; {plan.describe()}")
     started, results, weights_key, experts, failed, undeclared = time.time(), [], None, None, {}, []
     for i, case in enumerate(cases, 1):
         key = (case.shape_name, case.ep, case.quant)
@@ -241,6 +257,9 @@ def run_suite(
                 inject=inject,
                 sleep=sleep,
                 non_ep_declared=non_ep_declared,
+                plan=plan,
+                threshold=threshold,
+                log=log,
             )
         except (WrongResultsError, UndeclaredChangeError) as exc:  # the other cases still run; the gate FAILs this one
             failed[case.id] = str(exc)
@@ -279,6 +298,8 @@ def run_suite(
             "failed_cases": failed,
             "undeclared_cases": undeclared,  # of failed_cases: a path the contract does not declare, not wrong numbers
             "identity_keys": list(IDENTITY_KEYS),
+            "sequential": plan.to_settings(threshold),
+            "extra_captures": {r.id: len(r.extra["groups"]) - 1 for r in results if len(r.extra["groups"]) > 1},
         },
         cases=results,
     )
@@ -343,8 +364,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=BLOCK_SIZE_REPEATS,
         help="timings per forced block size (regret columns); 0: no sweep (%(default)s)",
     )
+    add_plan_arguments(parser)
     args = parser.parse_args(argv)
     check_plan(args.captures, args.repeats, args.block_size_repeats, args.inject_slowdown, args.aa)
+    plan = plan_for(args.captures, args.sequential == "on", args.max_extra)
     out = outputs.results_file(args.out, outputs.KERNEL_RESULTS)
     cases = suite_cases(args.suite, args.cases)
     trees = load_trees(args.manifest)
@@ -359,6 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         captures=args.captures,
         block_size_repeats=args.block_size_repeats,
         inject=args.inject_slowdown,
+        plan=plan,
+        threshold=args.threshold,
     )
     return outputs.save_and_check(results, out, "bench")
 

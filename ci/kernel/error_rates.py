@@ -8,7 +8,8 @@ simulation of the same design (``ci.core.stats.simulate``, with the capture erro
 beside what the GPU gave. This stage measures; it decides nothing (exit 0 once every run is in).
 
 Usage: ``python -m ci.kernel.error_rates --manifest M --out DIR [--aa-runs 3] [--inject 0.02,0.035,0.05]
-[--inject-cases GLOB] [--suite default] [--captures 30] [--repeats 90]``
+[--inject-cases GLOB] [--suite default] [--captures 30] [--repeats 90] [--sequential on|off] [--max-extra 3]``:
+each run is sequential as the bench is (``ci.core.sequential``) unless ``--sequential off``
 
 Writes, as each run ends (a stopped job keeps what it measured): ``DIR/<run>.json`` (the bench
 results of the run) and ``DIR/error-rates.json`` / ``DIR/error-rates.md`` (the table so far).
@@ -26,6 +27,7 @@ from ci.core import rates, stats
 from ci.core.cli import run_main
 from ci.core.errors import UsageError
 from ci.kernel import bench, suites
+from ci.timing.captures import add_plan_arguments, plan_for
 
 KIND = "ep-marlin-error-rates"
 VERSION = 1
@@ -97,10 +99,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=bench.DEFAULT_REPEATS, help="rounds per build (%(default)s)")
     parser.add_argument("--captures", type=int, default=bench.DEFAULT_CAPTURES, help="captures per build (%(default)s)")
     parser.add_argument("--allow-busy", action="store_true", help="measure even if another process uses the GPU")
+    add_plan_arguments(parser)
     args = parser.parse_args(argv)
     if args.aa_runs < 0 or (args.aa_runs == 0 and not args.inject):
         raise UsageError(f"--aa-runs {args.aa_runs}: 0 or more, and with --inject at least one run in all")
     bench.check_plan(args.captures, args.repeats, 0, max(args.inject, default=0.0), aa=True)
+    looks = plan_for(args.captures, args.sequential == "on", args.max_extra)
     aa_cases = suites.suite_cases(args.suite, args.cases)
     inject_filter = args.inject_cases or args.cases
     inject_cases = suites.suite_cases(args.suite, inject_filter)
@@ -121,8 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "suite": args.suite,
             "captures": args.captures,
             "repeats": args.repeats,
-            "threshold": stats.DEFAULT_THRESHOLD,
+            "threshold": args.threshold,
             "confidence": stats.DEFAULT_CONFIDENCE,
+            "sequential": looks.to_settings(args.threshold),
             "aa_cases": args.cases,
             "inject_cases": inject_filter,
         },
@@ -145,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             captures=args.captures,
             block_size_repeats=0,
             inject=inject,
+            plan=looks,
+            threshold=args.threshold,
         )
         results.save(args.out / f"{name}.json")
         rates.record_run(args.out, payload, name, inject, results, time.time() - started, markdown)

@@ -124,6 +124,19 @@ PROFILES = {
 }
 
 
+# A sequential run (ci.core.sequential, issue 44): while the verdict is INCONCLUSIVE after the profile's launch pairs,
+# up to this many groups of pairs more (a group: the pairs started at once, else a third of the profile's pairs),
+# each judged again with the error spent over the looks. pr: at most 9 + 3 x 3 = 18 pairs, about 3 x 150 s more on
+# one H200 where the question is open. nightly (6 pairs) and smoke (1) add none: a first look at 97.5% needs 7.
+SEQUENTIAL_MAX_EXTRA = {"pr": 3, "pr-ep": 3, "nightly": 0, "smoke": 0}
+
+
+def sequential_group(profile: Profile) -> int:
+    """The launch pairs a sequential run adds at a time: the pairs that start together, else a third of the
+    profile's pairs (at least one)."""
+    return profile.pairs_at_once if profile.pairs_at_once > 1 else max(1, profile.launches // 3)
+
+
 def case_id(model: str, profile: str, dp: int) -> str:
     """The id of the one case of a TPOT run, and (``suite_name``) its suite."""
     return f"{model}/dp{dp}-ep{dp if dp > 1 else 1}/{profile}"

@@ -37,6 +37,7 @@ from ci.core.errors import UsageError
 from ci.host import procs
 from ci.serving import config as serving_config
 from ci.serving import tpot
+from ci.timing.captures import add_plan_arguments
 
 KIND = "tpot-error-rates"
 VERSION = 1
@@ -145,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--health-timeout", type=float, default=600.0, help="seconds to wait for /health")
     parser.add_argument("--allow-busy", action="store_true", help="measure even if another process uses the GPU")
+    add_plan_arguments(parser, max_extra=None)
     args = parser.parse_args(argv)
     if args.aa_runs < 0 or args.inject_runs < 0:
         raise UsageError(f"--aa-runs {args.aa_runs} --inject-runs {args.inject_runs}: 0 or more runs of each")
@@ -165,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dp = len(gpus)
     overrides = {"pairs_at_once": pairs}
     profile = replace(serving_config.PROFILES[args.profile], **overrides)
+    looks = tpot.tpot_plan(args.profile, profile, args.sequential == "on", args.max_extra)
     layers = moe_layers(serving_config.model_dir(args.model))
     payload = {
         "kind": KIND,
@@ -180,8 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rounds": profile.rounds,
             "moe_layers": layers,
             "sleep_overhead": args.sleep_overhead,
-            "threshold": stats.DEFAULT_THRESHOLD,
+            "threshold": args.threshold,
             "confidence": stats.DEFAULT_CONFIDENCE,
+            "sequential": None if looks is None else looks.to_settings(args.threshold),
         },
         "targets": {str(k): v for k, v in rates.TARGETS.items()},
         "runs": [],
@@ -215,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             start=start,
             inject_sleep_us=sleep_us,
             overrides=overrides,
+            plan=looks,
+            threshold=args.threshold,
         )
         results.save(out / "tpot-results.json")
         if pilot_ms is None:

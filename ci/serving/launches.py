@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 from ci.core import stats
@@ -151,11 +152,13 @@ class Runner:
 Key = tuple[int, str]  # (launch pair, build): one server
 
 
-def launch_groups(profile: Profile, start: str) -> list[list[int]]:
+def launch_groups(profile: Profile, start: str, first: int = 0, pairs: int | None = None) -> list[list[int]]:
     """The launch pairs that start together: ``pairs_at_once`` consecutive pairs with ``start`` parallel (one
-    pair at a time otherwise), the last group holding what is left."""
+    pair at a time otherwise), the last group holding what is left; pairs ``first`` to ``first + pairs`` (all
+    the profile's by default: a sequential run adds groups of pairs after them)."""
     k = max(1, profile.pairs_at_once) if start == "parallel" else 1
-    return [list(range(g, min(g + k, profile.launches))) for g in range(0, profile.launches, k)]
+    end = first + (profile.launches if pairs is None else pairs)
+    return [list(range(g, min(g + k, end))) for g in range(first, end, k)]
 
 
 def _start(runner: Runner, keys: Sequence[Key], servers: dict[Key, Server], records: dict[int, dict]) -> None:
@@ -247,7 +250,7 @@ def _settle(runner: Runner, keys: Sequence[Key], servers: dict[Key, Server], sin
     }
 
 
-def run_launches(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundResult], dict]:
+def run_launches(runner: Runner, mode: str, on_round=None, more=None) -> tuple[list[RoundResult], dict]:
     """Every launch pair of the run: start both servers (the pair's first build first), warm each up,
     settle, measure the pair's rounds, stop both. Servers are always stopped.
 
@@ -257,52 +260,29 @@ def run_launches(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundRe
     together (``launch_groups``): all their servers at once, then settling over all of them, then
     each pair's rounds in turn while the others idle. ``on_round(rounds, timeline)`` runs after
     every round (the CLI saves partial results there, so an interrupted run keeps what it
-    measured). The timeline records, per launch pair, the start order, each server's start-up,
-    warm-up and settling, and when its rounds began and ended."""
+    measured). ``more(rounds)``, once the pairs planned so far are done, says how many pairs to add
+    (a sequential run: ``ci.core.sequential``; 0 ends the run); each batch of pairs is one entry of the
+    timeline's ``groups`` (its pairs, when it began and ended). The timeline records, per launch pair,
+    the start order, each server's start-up, warm-up and settling, and when its rounds began and ended."""
     started, rounds = time.monotonic(), []
-    timeline: dict = {"launches": []}
+    timeline: dict = {"launches": [], "groups": []}
     servers: dict[Key, Server] = {}
     p = runner.profile
     if runner.client is not None:
         runner.client.start()  # imports vLLM while the first server starts
     try:
-        for group in launch_groups(p, runner.start):
-            records = {}
-            for pair in group:
-                records[pair] = {
-                    "launch": pair,
-                    "order": list(launch_order(pair)),
-                    "started_with": group,
-                    "startup_s": {},
-                    "warmup_s": {},
-                    "began_after_s": round(time.monotonic() - started, 1),
-                }
-                timeline["launches"].append(records[pair])
-            since = time.monotonic()
-            keys = [(pair, b) for pair in group for b in launch_order(pair)]
-            starts = [keys] if mode == "concurrent" else [[k] for k in keys]
-            for up in starts:
-                _start(runner, up, servers, records)
-                if runner.client is not None and "bench_client_import_s" not in timeline:
-                    timeline["bench_client_import_s"] = runner.client.wait_ready()
-                settle = _settle(runner, up, servers, since)
-                for pair in dict.fromkeys(k[0] for k in up):
-                    records[pair].setdefault("settle", []).append(settle)
-                    records[pair].setdefault("first_round_after_s", round(time.monotonic() - started, 1))
-                    builds = [b for n, b in up if n == pair]
-                    for build in round_order(p.rounds, builds) if len(builds) > 1 else builds * p.rounds:
-                        tag = f"r{len(rounds):03d}-l{pair}-{build}"
-                        result = replace(runner.bench(build, servers[(pair, build)], tag, p.prompts), launch=pair)
-                        rounds.append(result)
-                        if on_round is not None:
-                            on_round(rounds, timeline)
-                        _progress(rounds, p, started)
-                for key in up:
-                    servers.pop(key).stop()
-                since = time.monotonic()
-            for pair in group:
-                records[pair]["ended_after_s"] = round(time.monotonic() - started, 1)
-        timeline["total_s"] = round(time.monotonic() - started, 1)
+        first, pairs = 0, p.launches
+        while pairs:
+            batch = {"pairs": [first, first + pairs], "began": _now(), "began_after_s": _since(started)}
+            timeline["groups"].append(batch)
+            for group in launch_groups(p, runner.start, first, pairs):
+                _run_group(runner, mode, group, servers, rounds, timeline, started, on_round)
+            batch.update(ended=_now(), ended_after_s=_since(started))
+            first += pairs
+            pairs = more(rounds) if more is not None else 0
+            if pairs:
+                print(f"tpot: INCONCLUSIVE after {first} launch pairs: {pairs} more", flush=True)
+        timeline["total_s"] = _since(started)
     finally:
         with _signals_held():  # a second Ctrl-C or SIGTERM must not cut the clean-up short
             for s in servers.values():
@@ -312,11 +292,59 @@ def run_launches(runner: Runner, mode: str, on_round=None) -> tuple[list[RoundRe
     return rounds, timeline
 
 
+def _run_group(runner, mode, group, servers, rounds, timeline, started, on_round) -> None:
+    """The launch pairs of ``group`` (``launch_groups``): started together, measured, stopped."""
+    p = runner.profile
+    records = {}
+    for pair in group:
+        records[pair] = {
+            "launch": pair,
+            "order": list(launch_order(pair)),
+            "started_with": group,
+            "startup_s": {},
+            "warmup_s": {},
+            "began_after_s": _since(started),
+        }
+        timeline["launches"].append(records[pair])
+    since = time.monotonic()
+    keys = [(pair, b) for pair in group for b in launch_order(pair)]
+    starts = [keys] if mode == "concurrent" else [[k] for k in keys]
+    for up in starts:
+        _start(runner, up, servers, records)
+        if runner.client is not None and "bench_client_import_s" not in timeline:
+            timeline["bench_client_import_s"] = runner.client.wait_ready()
+        settle = _settle(runner, up, servers, since)
+        for pair in dict.fromkeys(k[0] for k in up):
+            records[pair].setdefault("settle", []).append(settle)
+            records[pair].setdefault("first_round_after_s", _since(started))
+            builds = [b for n, b in up if n == pair]
+            for build in round_order(p.rounds, builds) if len(builds) > 1 else builds * p.rounds:
+                tag = f"r{len(rounds):03d}-l{pair}-{build}"
+                result = replace(runner.bench(build, servers[(pair, build)], tag, p.prompts), launch=pair)
+                rounds.append(result)
+                if on_round is not None:
+                    on_round(rounds, timeline)
+                _progress(rounds, p, started)
+        for key in up:
+            servers.pop(key).stop()
+        since = time.monotonic()
+    for pair in group:
+        records[pair]["ended_after_s"] = _since(started)
+
+
+def _since(started: float) -> float:
+    return round(time.monotonic() - started, 1)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
 def _progress(rounds: list[RoundResult], p: Profile, started: float) -> None:
     r = rounds[-1]
     so_far = {b: [x.median_tpot_ms for x in rounds if x.build == b] for b in BUILDS}
     print(
-        f"tpot round {len(rounds)}/{2 * p.rounds_per_build} (launch {r.launch}) {r.build}: median TPOT "
+        f"tpot round {len(rounds)} (launch {r.launch}) {r.build}: median TPOT "
         f"{r.median_tpot_ms:.3f} ms, server ITL {'-' if r.server_itl_ms is None else f'{r.server_itl_ms:.3f}'} ms; "
         + " ".join(f"{b} {stats.median(v):.3f}" for b, v in so_far.items() if v)
         + f" ms so far, {time.monotonic() - started:.0f} s",

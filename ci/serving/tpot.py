@@ -18,7 +18,12 @@ from the measured build's tree instead, one process per round. A pair's servers 
 (``--server-mode concurrent``, each given a share of GPU memory, started one after the
 other) or run one after the other, each alone on the GPU (``sequential``).
 
-Usage: ``python -m ci.serving.tpot --manifest M [--model qwen3-30b-a3b-like] [--profile pr] [--dp N] --out DIR``;
+A run is sequential (``ci.core.sequential``, ``tpot_plan``): while the verdict is INCONCLUSIVE after the profile's
+launch pairs, it adds a group of pairs and judges again, up to the profile's cap (``SEQUENTIAL_MAX_EXTRA``), the
+error spent over the looks; ``--sequential off`` or ``--max-extra 0`` runs the profile's pairs alone.
+
+Usage: ``python -m ci.serving.tpot --manifest M [--model qwen3-30b-a3b-like] [--profile pr] [--dp N]
+[--sequential on|off] [--max-extra N] [--threshold 0.03] --out DIR``;
 ``python -m ci.serving.tpot --block-sizes --profile pr-ep --dp 2`` prints the block size each build picks in decode.
 """
 
@@ -31,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from ci.core import sequential, stats
 from ci.core.cli import run_main
 from ci.core.errors import DataError, GPUBusyError, NoGPUError, UsageError
 from ci.core.jsonio import sha256_file
@@ -40,6 +46,7 @@ from ci.serving.client import CLIENTS, BenchClient, RoundResult, parse_bench_res
 from ci.serving.config import (
     BUILDS,
     PROFILES,
+    SEQUENTIAL_MAX_EXTRA,
     Profile,
     block_size_table,
     case_id,
@@ -50,10 +57,12 @@ from ci.serving.config import (
     models,
     moe_backend_flag,
     resolve_start,
+    sequential_group,
     served_name,
     suite_name,
 )
 from ci.serving.launches import STARTS, Runner, run_launches, run_order
+from ci.timing.captures import add_plan_arguments
 from ci.trees import provenance
 from ci.trees.manifest import Trees, load_trees
 
@@ -114,11 +123,15 @@ def results_from_rounds(
     start: str = "serial",
     inject_sleep_us: float = 0.0,
     picks: list[dict] | None = None,
+    plan: sequential.Plan | None = None,
+    threshold: float = stats.DEFAULT_THRESHOLD,
 ) -> BenchResults:
     """The results file of a TPOT A/B: one case, the median TPOT of each round as its samples, and the
-    launch pair of each sample as its capture (``extra.captures``): the core's interval is over the pairs."""
+    launch pair of each sample as its capture (``extra.captures``): the core's interval is over the pairs. A
+    sequential run (``plan``) records its plan, and the launch pairs it planned by the last look it reached."""
     profile = profile or PROFILES[profile_name]
-    complete = len(rounds) == 2 * profile.rounds_per_build
+    planned = pairs_planned(profile, rounds, timeline)
+    complete = len(rounds) == 2 * profile.rounds * planned
     case = CaseResult(
         id=case_id(model, profile_name, dp),
         unit="ms median TPOT",
@@ -153,7 +166,8 @@ def results_from_rounds(
             "launches": profile.launches,
             "rounds_per_launch": profile.rounds,
             "rounds_per_build": profile.rounds_per_build,
-            "order": [f"{launch}:{build}" for launch, build in run_order(profile, mode)],
+            "launches_run": planned,
+            "order": [f"{launch}:{build}" for launch, build in run_order(replace(profile, launches=planned), mode)],
             "server_mode": mode,
             "complete": complete,
             "rounds_done": len(rounds),
@@ -163,9 +177,54 @@ def results_from_rounds(
             "inject_sleep_us": inject_sleep_us,
             "expected_cases": [case_id(model, profile_name, dp)],
             "identity_keys": list(IDENTITY_KEYS),
+            **({"sequential": plan.to_settings(threshold)} if plan is not None else {}),
         },
         cases=[case],
     )
+
+
+def pairs_planned(profile: Profile, rounds: list[RoundResult], timeline: dict) -> int:
+    """The launch pairs the run had planned when it ended: the profile's, and the groups a sequential run added
+    (the timeline's ``groups``; a run rebuilt from its rounds: the pairs its rounds reached)."""
+    groups = timeline.get("groups") or []
+    if groups:
+        return groups[-1]["pairs"][1]
+    return max([profile.launches] + [r.launch + 1 for r in rounds])
+
+
+def tpot_plan(profile_name: str, profile: Profile, on: bool, max_extra: int | None) -> sequential.Plan | None:
+    """A TPOT run's plan of looks (``ci.core.sequential``): the profile's launch pairs, then while INCONCLUSIVE
+    up to ``max_extra`` (default: ``SEQUENTIAL_MAX_EXTRA`` of the profile) groups of ``sequential_group`` pairs;
+    None (one look, as before) when off or capped at 0. Refused where a look could never decide."""
+    extra = SEQUENTIAL_MAX_EXTRA.get(profile_name, 0) if max_extra is None else max_extra
+    if extra < 0:
+        raise UsageError(f"--max-extra {extra}: 0 (no extra look) or more groups of launch pairs")
+    if not on or extra == 0:
+        return None
+    plan = sequential.Plan(first=profile.launches, group=sequential_group(profile), max_extra=extra)
+    why = plan.undecidable()
+    if why:
+        raise UsageError(
+            f"--launches {profile.launches} with the sequential plan: {why} (launch pairs); pass more "
+            "--launches, or --sequential off"
+        )
+    return plan
+
+
+def _more_pairs(plan: sequential.Plan, threshold: float):
+    """``run_launches``' ``more``: the pairs to add after a look (``sequential.more_captures`` over each launch
+    pair's median TPOT of each build)."""
+
+    def more(rounds: list[RoundResult]) -> int:
+        medians = {
+            b: stats.capture_medians(
+                [r.median_tpot_ms for r in rounds if r.build == b], [r.launch for r in rounds if r.build == b]
+            )
+            for b in BUILDS
+        }
+        return sequential.more_captures(medians, plan, threshold)
+
+    return more
 
 
 def run_tpot(
@@ -182,9 +241,12 @@ def run_tpot(
     overrides: dict | None = None,
     start: str = "serial",
     inject_sleep_us: float = 0.0,
+    plan: sequential.Plan | None = None,
+    threshold: float = stats.DEFAULT_THRESHOLD,
 ) -> BenchResults:
     """One TPOT A/B (or A/A); ``overrides`` replaces fields of the profile (``--launches``, ...), and the
-    results record the profile as run; ``start``: how a pair's servers start (``STARTS``)."""
+    results record the profile as run; ``start``: how a pair's servers start (``STARTS``); ``plan``: a
+    sequential run (``tpot_plan``), which adds launch pairs while the verdict at ``threshold`` is open."""
     profile = replace(PROFILES[profile_name], **(overrides or {}))
     if start != "parallel":  # one pair at a time, whatever the profile says (and recorded so)
         profile = replace(profile, pairs_at_once=1)
@@ -207,14 +269,29 @@ def run_tpot(
 
     def results(rounds, timeline):
         return results_from_rounds(
-            trees, model, profile_name, dp, mode, rounds, timeline, client, aa, profile, start, inject_sleep_us, picks
+            trees,
+            model,
+            profile_name,
+            dp,
+            mode,
+            rounds,
+            timeline,
+            client,
+            aa,
+            profile,
+            start,
+            inject_sleep_us,
+            picks,
+            plan,
+            threshold,
         )
 
     def save(rounds, timeline):
         if save_to is not None:
             results(rounds, timeline).save(save_to)
 
-    return results(*run_launches(runner, mode, on_round=save))
+    more = _more_pairs(plan, threshold) if plan is not None else None
+    return results(*run_launches(runner, mode, on_round=save, more=more))
 
 
 ROUND_FILE = "bench-r[0-9][0-9][0-9]-l*-*.json"  # bench-r<NNN>-l<launch>-<build>.json
@@ -291,6 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "decode for --model, --profile and --dp (default 1), and exit (no GPU needed)",
     )
     parser.add_argument("--from-rounds", type=Path, help="rebuild the results of an interrupted run from its folder")
+    add_plan_arguments(parser, max_extra=None)
     parser.add_argument("--dp-of-rounds", type=int, default=1, help="with --from-rounds: the DP size that run used")
     args = parser.parse_args(argv)
     overrides = {f: v for f, _, _ in PROFILE_OVERRIDES.values() if (v := getattr(args, f)) is not None}
@@ -304,6 +382,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     args.start, overrides["pairs_at_once"] = resolve_start(
         PROFILES[args.profile], args.start, args.pairs_at_once, args.server_mode
+    )
+    plan = tpot_plan(
+        args.profile, replace(PROFILES[args.profile], **overrides), args.sequential == "on", args.max_extra
     )
     if args.block_sizes:
         dp = args.dp or 1
@@ -335,6 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             profile,
             args.start,
             picks=picks,
+            plan=plan,
+            threshold=args.threshold,
         )
         results.save(out)
         print(f"tpot: {len(rounds)} rounds from {args.from_rounds} written to {out}")
@@ -356,6 +439,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides=overrides,
         start=args.start,
         inject_sleep_us=args.inject_sleep_us,
+        plan=plan,
+        threshold=args.threshold,
     )
     results.save(out)
     print(f"tpot: results written to {out}")

@@ -2,7 +2,8 @@
 
 Each case (``ci.triton_moe.suites``) is timed as the Marlin bench times its cases, with its code: fresh
 CUDA-graph captures of 10 calls (``ci.timing.graphs.graph_of_calls``) in a seeded order and at seeded addresses,
-rounds within each capture in alternating order (``ci.timing.captures.time_in_captures``), one timer
+rounds within each capture in alternating order, more captures while a case is INCONCLUSIVE
+(``ci.timing.captures.time_sequentially``), one timer
 (``ci.timing.graphs.replay_us``); the verdict's interval is over captures (``ci.core``). Before timing, the
 builds' outputs must agree (bit for bit without EP). The config each build launches with is recorded, and a
 **regret table** times a small sweep (``suites.sweep_configs``: the M and N tiles and the warps) beside the
@@ -13,7 +14,8 @@ Both builds run in one process: the candidate's ``fused_moe.py`` is loaded from 
 itself, never ``torch.ops.vllm.fused_experts``).
 
 Usage: ``python -m ci.triton_moe.bench --manifest M --out DIR [--suite default] [--cases GLOB] [--aa]
-[--captures 30] [--repeats 90] [--sweep-repeats 5]``; writes ``DIR/triton-moe-results.json``.
+[--captures 30] [--repeats 90] [--sweep-repeats 5] [--sequential on|off] [--max-extra 3] [--threshold 0.03]``;
+writes ``DIR/triton-moe-results.json``.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ci.core import stats
+from ci.core import sequential, stats
 from ci.core.cli import run_main
 from ci.core.errors import UsageError, WrongResultsError
 from ci.core.results import BenchResults, CaseResult
 from ci.host import gpu, outputs
-from ci.timing.captures import time_in_captures
+from ci.timing.captures import add_plan_arguments, plan_for, time_sequentially
 from ci.timing.graphs import CALLS_PER_GRAPH, ROTATING_INPUTS, graph_of_calls, replay_us
 from ci.trees import provenance
 from ci.trees.manifest import load_trees
@@ -176,12 +178,28 @@ def check_outputs_agree(runner: Runner, sides: dict) -> dict:
     return {"ok": True, "identical": identical, "rel_l2": diff}
 
 
-def run_case(runner: Runner, sides: dict, repeats: int, captures: int, sweep_repeats: int) -> CaseResult:
+def run_case(
+    runner: Runner,
+    sides: dict,
+    repeats: int,
+    captures: int,
+    sweep_repeats: int,
+    plan: sequential.Plan | None = None,
+    threshold: float = stats.DEFAULT_THRESHOLD,
+    log=None,
+) -> CaseResult:
+    """Time one case by ``plan`` (``ci.timing.captures.time_sequentially``; None: one look of ``captures``)."""
     case = runner.case
     correctness = check_outputs_agree(runner, sides)
     configs = {name: runner.chosen_config(module) for name, module in sides.items()}
-    samples, capture_of = time_in_captures(
-        runner, case.id, captures, max(1, repeats // captures), lambda name: runner.capture(sides[name])
+    samples, capture_of, groups = time_sequentially(
+        runner,
+        case.id,
+        plan or sequential.Plan.single(captures),
+        max(1, repeats // captures),
+        lambda name: runner.capture(sides[name]),
+        threshold,
+        log,
     )
     configs_us: dict[str, list[float]] = {}
     if sweep_repeats > 0:
@@ -210,7 +228,7 @@ def run_case(runner: Runner, sides: dict, repeats: int, captures: int, sweep_rep
             "config": configs,
             "config_label": {k: config_label(v) for k, v in configs.items()},
         },
-        extra={"captures": capture_of, "correctness": correctness, "configs_us": configs_us},
+        extra={"captures": capture_of, "correctness": correctness, "configs_us": configs_us, "groups": groups},
     )
 
 
@@ -225,10 +243,14 @@ def run_suite(
     captures: int = DEFAULT_CAPTURES,
     sweep_repeats: int = SWEEP_REPEATS,
     log=_print,
+    plan: sequential.Plan | None = None,
+    threshold: float = stats.DEFAULT_THRESHOLD,
 ) -> BenchResults:
     import torch
 
     sides = load_sides(trees, aa)
+    plan = plan or sequential.Plan.single(captures)
+    log(f"triton bench: {len(cases)} case(s), {max(1, repeats // captures)} round(s) a capture; {plan.describe()}")
     started, results, failed, weights, key = time.time(), [], {}, None, None
     for i, case in enumerate(cases, 1):
         if (case.shape_name, case.ep) != key:
@@ -236,7 +258,7 @@ def run_suite(
             torch.cuda.empty_cache()
             weights = local_weights(case)
         try:
-            result = run_case(Runner(case, weights), sides, repeats, captures, sweep_repeats)
+            result = run_case(Runner(case, weights), sides, repeats, captures, sweep_repeats, plan, threshold, log)
         except WrongResultsError as exc:  # the other cases still run; the gate FAILs this one
             failed[case.id] = str(exc)
             log(f"triton bench [{i}/{len(cases)}] {case.id}: NOT TIMED: {exc}")
@@ -267,6 +289,8 @@ def run_suite(
             "case_filter": case_filter,
             "failed_cases": failed,
             "identity_keys": list(IDENTITY_KEYS),
+            "sequential": plan.to_settings(threshold),
+            "extra_captures": {r.id: len(r.extra["groups"]) - 1 for r in results if len(r.extra["groups"]) > 1},
         },
         cases=results,
     )
@@ -303,8 +327,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="timings per config of the regret sweep; 0: no sweep (%(default)s)",
     )
     parser.add_argument("--allow-busy", action="store_true", help="time even if another process uses the GPU")
+    add_plan_arguments(parser)
     args = parser.parse_args(argv)
     check_plan(args.captures, args.repeats, args.sweep_repeats)
+    plan = plan_for(args.captures, args.sequential == "on", args.max_extra)
     out = outputs.results_file(args.out, outputs.TRITON_RESULTS)
     cases = suite_cases(args.suite, args.cases)
     trees = load_trees(args.manifest)
@@ -318,6 +344,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         repeats=args.repeats,
         captures=args.captures,
         sweep_repeats=args.sweep_repeats,
+        plan=plan,
+        threshold=args.threshold,
     )
     return outputs.save_and_check(results, out, "triton bench")
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ci.core import sequential
 from ci.core.errors import DataError, ServerError
 from ci.core.results import load_results
 from ci.serving import config as sc
@@ -465,6 +466,34 @@ def test_pairs_started_together_share_a_start_and_keep_their_own_rounds(standin_
     assert sc.memory_fraction(replace(sc.PROFILES["pr"], pairs_at_once=1), True) == 0.4
     log = (out / "server-l1-base.log").read_text()
     assert "--kv-cache-memory-bytes" in log and "--gpu-memory-utilization', '0.1'" in log
+
+
+def test_a_sequential_run_adds_a_group_of_pairs_while_open_and_records_each_group(standin_trees, tmp_path, monkeypatch):
+    """Issue 44: two launch pairs (an interval over two pairs is unbounded: INCONCLUSIVE) then, as the plan says,
+    one group of two pairs more started together, judged again; the results record the plan, the pairs planned
+    and each group with its times, and the gate judges the looks (the last one, unbounded again, stays open)."""
+    _tiny_profile(monkeypatch, launches=2, rounds=1, pairs_at_once=2)
+    plan = sequential.Plan(first=2, group=2, max_extra=1)
+    out = tmp_path / "out"
+    results = tpot.run_tpot(
+        standin_trees, "qwen3-30b-a3b-like", "t", 1, out, "concurrent", 20, start="parallel", plan=plan
+    )
+    (case,) = results.cases
+    assert case.extra["captures"] == {"base": [0, 1, 2, 3], "candidate": [0, 1, 2, 3]}
+    groups = case.extra["timeline"]["groups"]
+    assert [g["pairs"] for g in groups] == [[0, 2], [2, 4]] and all("ended" in g for g in groups)
+    assert [rec["started_with"] for rec in case.extra["timeline"]["launches"]] == [[0, 1], [0, 1], [2, 3], [2, 3]]
+    assert results.settings["complete"] is True and results.settings["launches_run"] == 4
+    assert results.settings["sequential"] == plan.to_settings(0.03)
+    assert results.settings["order"][-2:] == ["3:candidate", "3:base"]
+    from ci.core import compare
+
+    (verdict,) = compare.compare_ab(results, 0.03, 0.95).cases
+    assert [look["captures"] for look in verdict.looks] == [2, 4] and verdict.verdict.name == "INCONCLUSIVE"
+    single = tpot.run_tpot(standin_trees, "qwen3-30b-a3b-like", "t", 1, tmp_path / "one", "concurrent", 20)
+    assert "sequential" not in single.settings and single.cases[0].extra["timeline"]["groups"] == [
+        {**single.cases[0].extra["timeline"]["groups"][0], "pairs": [0, 2]}
+    ]
 
 
 FAKE_TORCH = """

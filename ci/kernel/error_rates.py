@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ci.core import rates, stats
+from ci.core import rates, sequential, stats
 from ci.core.cli import run_main
 from ci.core.errors import UsageError
 from ci.kernel import bench, suites
@@ -34,15 +34,29 @@ VERSION = 1
 SIM_TRIALS = 2000
 
 
-def simulated(captures: int, repeats: int, levels: Sequence[float]) -> dict[str, dict[str, float]]:
-    """The simulation of the same design, with the capture error measured on an H200, per level."""
+def simulated(
+    captures: int, repeats: int, levels: Sequence[float], plan: sequential.Plan | None = None
+) -> dict[str, dict[str, float]]:
+    """The simulation of the same design (a sequential ``plan``'s looks where it has extra ones), with the capture
+    error measured on an H200, per level."""
     out = {}
     for inject in (0.0, *levels):
-        shares = stats.simulate(
-            1 + inject, repeats, trials=SIM_TRIALS, capture_sd=stats.SIM_CAPTURE_SD, captures=captures
-        )
-        out["aa" if not inject else f"{inject:g}"] = {v.value: s for v, s in shares.items()}
+        if plan is not None and plan.max_extra:
+            shares = sequential.simulate(1 + inject, plan, rounds=max(1, repeats // captures), trials=SIM_TRIALS)
+            found = shares["shares"]
+        else:
+            one = stats.simulate(
+                1 + inject, repeats, trials=SIM_TRIALS, capture_sd=stats.SIM_CAPTURE_SD, captures=captures
+            )
+            found = {v.value: x for v, x in one.items()}
+        out["aa" if not inject else f"{inject:g}"] = {v: found.get(v, 0.0) for v in ("PASS", "INCONCLUSIVE", "FAIL")}
     return out
+
+
+def _looked(row: dict) -> str:
+    """How many cases of a sequential run were judged after more than one look (``-``: a run without looks)."""
+    looked = row.get("looked_again")
+    return "-" if looked is None else str(len(looked))
 
 
 def markdown(payload: dict) -> str:
@@ -56,7 +70,7 @@ def markdown(payload: dict) -> str:
         "| level | runs | cases | PASS | INCONCLUSIVE | FAIL | target | simulated PASS / INCONCLUSIVE / FAIL |",
         "|---|---:|---:|---:|---:|---:|---|---|",
     ]
-    for key, level in payload["pooled"].items():
+    for key, level in sorted(payload["pooled"].items(), key=lambda kv: -1.0 if kv[0] == "aa" else float(kv[0])):
         sim = payload["simulated"].get(key, {})
         target = rates.TARGETS.get("aa" if key == "aa" else float(key), "")
         label = "A/A (no change)" if key == "aa" else f"+{float(key):.1%} injected"
@@ -68,8 +82,9 @@ def markdown(payload: dict) -> str:
         )
     lines += [
         "",
-        "| run | cases | PASS | INCONCLUSIVE | FAIL | median ratio | farthest ratio | median CI width | wall s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| run | cases | PASS | INCONCLUSIVE | FAIL | median ratio | farthest ratio | median CI width | "
+        "cases looked again | wall s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in payload["runs"]:
         v = r["verdicts"]
@@ -78,7 +93,7 @@ def markdown(payload: dict) -> str:
         width = "-" if r["median_ci_width"] is None else f"{r['median_ci_width']:.4f}"
         lines.append(
             f"| {r['run']} | {r['cases']} | {v.get('PASS', 0)} | {v.get('INCONCLUSIVE', 0)} | "
-            f"{v.get('FAIL', 0)} | {med} | {far} | {width} | {r['wall_time_s']} |"
+            f"{v.get('FAIL', 0)} | {med} | {far} | {width} | {_looked(r)} | {r['wall_time_s']} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -115,8 +130,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     trees = load_trees(args.manifest)
     gpus = gpu.require_idle_gpus(1, allow_busy=args.allow_busy, what="rates will be wrong")
-    plan = [(0.0, i, aa_cases, args.cases) for i in range(1, args.aa_runs + 1)]
-    plan += [(f, 1, inject_cases, inject_filter) for f in args.inject]
     payload = {
         "kind": KIND,
         "schema_version": VERSION,
@@ -132,12 +145,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             "inject_cases": inject_filter,
         },
         "targets": {str(k): v for k, v in rates.TARGETS.items()},
-        "simulated": simulated(args.captures, args.repeats, args.inject),
+        "simulated": simulated(args.captures, args.repeats, args.inject, looks),
         "runs": [],
     }
     args.out.mkdir(parents=True, exist_ok=True)
+    # an earlier table in --out of the same settings on the same GPU is added to, its runs kept (a device session's
+    # runs split over several calls); the next run of a level is numbered on from its runs there
+    fresh = payload
+    payload = rates.continued(args.out, fresh)
+    payload["simulated"] = {**(payload.get("simulated") or {}), **fresh["simulated"]}  # this run's levels too
+    plan = [(0.0, rates.next_index(payload, 0.0) + i, aa_cases, args.cases) for i in range(args.aa_runs)]
+    plan += [(f, rates.next_index(payload, f), inject_cases, inject_filter) for f in args.inject]
     for inject, index, cases, case_filter in plan:
-        name = rates.run_name(inject, index)
+        name = rates.run_name(inject, index) + (f"-{index}" if inject and index > 1 else "")
         started = time.time()
         print(f"error_rates: run {name} ({len(cases)} cases)", flush=True)
         results = bench.run_suite(

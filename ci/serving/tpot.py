@@ -425,6 +425,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     dp = len(serving_gpus(args.dp, args.allow_busy))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: servers stop
     print(f"tpot: run tag {procs.RUN_ID_ENV}={procs.run_id()} (servers answer as {served_name('<build>')})", flush=True)
+    launches = overrides.get("launches", PROFILES[args.profile].launches)
+    budget = plan.describe() if plan is not None else f"one look after {launches} captures (sequential off)"
+    print(f"tpot: the captures are launch pairs; {budget}", flush=True)
     results = run_tpot(
         trees,
         args.model,

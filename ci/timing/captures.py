@@ -105,7 +105,7 @@ def plan_for(captures: int, on: bool = True, max_extra: int = SEQUENTIAL_MAX_EXT
 
 def add_plan_arguments(parser, max_extra: int | None = SEQUENTIAL_MAX_EXTRA) -> None:
     """The options of a bench's sequential plan (``plan_for``) and the threshold its looks are judged at
-    (``max_extra`` None: the stage's default depends on other options, e.g. TPOT's profile)."""
+    (``max_extra`` None: the stage's default depends on its other options, e.g. a profile)."""
     parser.add_argument("--sequential", choices=("on", "off"), default="on", help="more captures while INCONCLUSIVE")
     parser.add_argument("--max-extra", type=int, default=max_extra, help="groups of them (%(default)s)")
     parser.add_argument("--threshold", type=fraction, default=stats.DEFAULT_THRESHOLD, help="of the looks (0.03)")

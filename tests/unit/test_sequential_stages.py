@@ -350,3 +350,27 @@ def test_an_error_rate_row_counts_the_cases_judged_after_more_than_one_look():
     assert (
         rates.summarize("aa-1", 0.0, compare.compare_ab(captured_results(OPEN), 0.03, 0.95), 1.0)["looked_again"] == {}
     )
+
+
+def test_every_committed_h200_tpot_run_decides_at_the_sequential_plans_first_look():
+    """docs/statistics.md: the nine committed 9-pair `pr` runs (five H200 boards), judged with `pr`'s plan of looks,
+    all decide at the first look (97.5%), so the sequential design would have stopped there: A/A and +2% PASS,
+    +3.5% and +5% FAIL, the #48144 A/B PASS."""
+    from pathlib import Path
+
+    from ci.core.results import load_results
+
+    runs = Path(__file__).parents[2] / "reports" / "nvidia-h200-x1" / "tpot-9-pairs"
+    plan = tpot.tpot_plan("pr", sc.PROFILES["pr"], True, None)
+    want = {"aa": V.PASS, "ab": V.PASS, "inject-2pct": V.PASS, "inject-3.5pct": V.FAIL, "inject-5pct": V.FAIL}
+    seen = 0
+    for path in sorted(runs.glob("pr-*.json")):
+        results = load_results(path)
+        results.settings["sequential"] = plan.to_settings(0.03)
+        gate = compare.compare_ab(results, 0.03, 0.95)
+        (case,) = gate.cases
+        level = next(k for k in want if path.stem.removeprefix("pr-").startswith(k))
+        assert gate.problems == [] and [look["captures"] for look in case.looks] == [9], path.name
+        assert case.verdict is want[level] and case.effect.confidence == 0.975, path.name
+        seen += 1
+    assert seen == 9

@@ -519,6 +519,13 @@ def tpot_error_rates(session: nox.Session) -> None:
     _gpu_stage(session, "ci.serving.error_rates", outputs.ERROR_RATES)
 
 
+@nox.session(default=False)
+def changepoint_rates(session: nox.Session) -> None:
+    """Change-point rules (3% threshold, Otava, Otava + the gate's A/B) on simulated histories (`-- --runs A.json`)."""
+    _requirements(session, "changepoints")
+    _stage(session, _python(session), "-m", "ci.core.changepoints", *session.posargs)
+
+
 @nox.session(python=False, default=False)
 def resample(session: nox.Session) -> None:
     """Error rates of a design resampled from measured A/A runs (`-- --results A.json ... --captures 6,8,10`)."""

@@ -159,7 +159,8 @@ def compare_ab(results: BenchResults, threshold: float, confidence: float) -> Ga
             verdict.notes.append(f"{max(len(base), len(cand)) - n} unpaired round(s) left out of the paired test")
         verdicts.append(_annotate(verdict, case, kind=results.kind))
     problems = evidence.run_problems(results)
-    return _report("ab", "base build of the same run", results, verdicts, threshold, confidence, problems)
+    described = None if plan is None else replace(plan, confidence=confidence).describe()
+    return _report("ab", "base build of the same run", results, verdicts, threshold, confidence, problems, described)
 
 
 def _judge_looks(
@@ -190,6 +191,12 @@ def _judge_looks(
             "capture(s) are no look of the plan's and were left out"
         )
     return verdict
+
+
+def _medians_in(case: CaseResult, side: str, keep: set[int]) -> list[float]:
+    """The capture medians of ``side`` over the captures in ``keep`` only, in capture order."""
+    kept = [(x, b) for x, b in _with_ids(case, side) if b in keep]
+    return stats.capture_medians([x for x, _ in kept], [b for _, b in kept])
 
 
 def _with_ids(case: CaseResult, side: str) -> list[tuple[float, int]]:
@@ -259,11 +266,9 @@ def _across_runs(
         unpaired = stats.unpaired_effect(ref_captures, got_captures, confidence)
         effect = replace(unpaired, method=stats.METHOD_CAPTURES_UNPAIRED, n_base=len(ref), n_candidate=len(got))
         return effect, [], jitter
-    pair = [
-        stats.capture_medians(*zip(*[(x, b) for x, b in _with_ids(c, side) if b in shared], strict=False))
-        for c in (stored, case)
-    ]
-    paired = stats.capture_effect(pair[0], pair[1], confidence, n_base=len(ref), n_cand=len(got))
+    paired = stats.capture_effect(
+        _medians_in(stored, side, shared), _medians_in(case, side, shared), confidence, n_base=len(ref), n_cand=len(got)
+    )
     notes = []
     left = len(set(subjects.capture_ids(stored, side))) + len(set(subjects.capture_ids(case, side))) - 2 * len(shared)
     if left:
@@ -283,8 +288,9 @@ def _shared_captures(stored: CaseResult, case: CaseResult, side: str) -> set[int
     """The captures both runs timed ``side`` in, where one run's are all among the other's (a stage that seeds
     capture b's inputs, order and pad by case id and b, as the kernel bench does, gives capture b of two runs
     the same work; a sequential run may add captures b = n, n + 1, ...); None where they are not so nested."""
-    ids = sorted((set(subjects.capture_ids(c, side) or ()) for c in (stored, case)), key=len)
-    return ids[0] if ids[0] <= ids[1] else None
+    mine, theirs = (set(subjects.capture_ids(c, side) or ()) for c in (stored, case))
+    shared = mine & theirs
+    return shared if shared in (mine, theirs) else None
 
 
 def _failed(results: BenchResults) -> list[CaseVerdict]:
@@ -302,11 +308,10 @@ def _failed(results: BenchResults) -> list[CaseVerdict]:
     ]
 
 
-def _report(mode, reference, results, verdicts, threshold, confidence, problems) -> GateReport:
+def _report(mode, reference, results, verdicts, threshold, confidence, problems, plan=None) -> GateReport:
     found = [v.verdict for v in verdicts] + ([stats.Verdict.INCOMPLETE] if problems else [])
-    plan = sequential.plan_of(results.settings, "the results") if mode == "ab" else None
     return GateReport(
-        sequential=None if plan is None else replace(plan, confidence=confidence).describe(),
+        sequential=plan,
         mode=mode,
         reference=reference,
         threshold=threshold,

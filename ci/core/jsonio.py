@@ -102,3 +102,34 @@ def require(payload: dict[str, Any], key: str, typ: type | tuple[type, ...], whe
     if not isinstance(value, typ):
         raise DataError(f"{where}: field {key!r} should be {typ}, found {value!r}")
     return value
+
+
+def check_own_report(out: Path, json_name: str, md_name: str, *, kind: str, version: int) -> None:
+    """A stage that writes ``json_name`` (of ``kind``) and ``md_name`` into the folder ``out`` replaces only its own
+    files there: a file of either name it did not write stops it with a :class:`UsageError`, nothing changed."""
+    from ci.core.errors import UsageError
+
+    if out.suffix == ".json" or (out.exists() and not out.is_dir()):
+        raise UsageError(f"--out {out}: pass a folder (the stage writes {json_name} and {md_name} into it)")
+    mine = out / json_name
+    if mine.exists():
+        try:
+            read_json(mine, kind=kind, versions=(version,))
+        except DataError:
+            raise UsageError(
+                f"--out {out}: {json_name} there was not written by this stage; pick another folder "
+                "(nothing was changed)"
+            ) from None
+    elif (out / md_name).exists():
+        raise UsageError(
+            f"--out {out}: {md_name} there was not written by this stage (no {json_name} beside it); "
+            "pick another folder (nothing was changed)"
+        )
+
+
+def write_report(out: Path, json_name: str, md_name: str, payload: dict[str, Any], text: str) -> None:
+    """The stage's two outputs into ``out``: the payload (atomically) and its Markdown; the Markdown printed too."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / json_name, payload)
+    (out / md_name).write_text(text)
+    print(text, end="")

@@ -39,7 +39,7 @@ from pathlib import Path
 from ci.core import evidence, rates, sequential, stats, subjects
 from ci.core.cli import run_main
 from ci.core.errors import DataError, IncompleteEvidenceError, UsageError
-from ci.core.jsonio import read_json, write_json
+from ci.core.jsonio import check_own_report, write_report
 from ci.core.results import BenchResults, CaseResult, load_results
 
 KIND = "resampled-error-rates"
@@ -260,26 +260,6 @@ def _levels(text: str) -> tuple[float, ...]:
     return tuple(sorted(levels))
 
 
-def _check_out(out: Path) -> None:
-    """Only files this stage wrote are replaced: an existing ``OUTPUT_JSON`` must be one of ours."""
-    if out.suffix == ".json" or (out.exists() and not out.is_dir()):
-        raise UsageError(f"--out {out}: pass a folder (the stage writes {OUTPUT_JSON} and {OUTPUT_MD} into it)")
-    mine = out / OUTPUT_JSON
-    if mine.exists():
-        try:
-            read_json(mine, kind=KIND, versions=(VERSION,))
-        except DataError:
-            raise UsageError(
-                f"--out {out}: {OUTPUT_JSON} there was not written by this stage; pick another folder "
-                "(nothing was changed)"
-            ) from None
-    elif (out / OUTPUT_MD).exists():
-        raise UsageError(
-            f"--out {out}: {OUTPUT_MD} there was not written by this stage (no {OUTPUT_JSON} beside it); "
-            "pick another folder (nothing was changed)"
-        )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         allow_abbrev=False, prog="python -m ci.core.resample", description=__doc__.split("\n\n")[0]
@@ -309,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UsageError(f"--rounds {args.rounds}: at least 1 sample of each build a capture")
     if args.trials < 100:
         raise UsageError(f"--trials {args.trials}: at least 100 resampled runs a cell (a share of fewer says little)")
-    _check_out(args.out)
+    check_own_report(args.out, OUTPUT_JSON, OUTPUT_MD, kind=KIND, version=VERSION)
     twice = sorted(str(p) for p, n in Counter(p.resolve() for p in args.results).items() if n > 1)
     if twice:
         raise UsageError(f"--results: {', '.join(twice)} given more than once; each run counts once")
@@ -382,11 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "shares": shares,
             "sequential": designs,
         }
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_json(args.out / OUTPUT_JSON, payload)
-    text = markdown(payload)
-    (args.out / OUTPUT_MD).write_text(text)
-    print(text, end="")
+    write_report(args.out, OUTPUT_JSON, OUTPUT_MD, payload, markdown(payload))
     return 0
 
 

@@ -374,3 +374,58 @@ def test_every_committed_h200_tpot_run_decides_at_the_sequential_plans_first_loo
         assert case.verdict is want[level] and case.effect.confidence == 0.975, path.name
         seen += 1
     assert seen == 9
+
+
+def test_the_looks_are_judged_at_the_gates_threshold_and_record_every_field():
+    results = _sequential(OPEN + [1.0] * 12)
+    (wide,) = compare.compare_ab(results, 0.10, 0.95).cases  # 8 captures at 1.00-1.06 lie under 1.10
+    assert wide.verdict is V.PASS and [look["captures"] for look in wide.looks] == [8]
+    look = sequential.judge([100.0] * 8, [100.0 * r for r in OPEN], PLAN)[0]
+    assert sequential.look_json(look) == {
+        "captures": 8,
+        "confidence": 0.975,
+        "ratio": look.effect.ratio,
+        "ci_low": look.effect.ci_low,
+        "ci_high": look.effect.ci_high,
+        "verdict": "INCONCLUSIVE",
+    }
+
+
+def _spread_between_captures(results, factor=0.5):
+    """Captures that differ by design (fresh inputs: here up to 2x apart), each tight inside."""
+    case = results.cases[0]
+    for side in ("base", "candidate"):
+        ids = case.extra["captures"][side]
+        case.samples[side] = [x * (1 + factor * b / max(ids)) for x, b in zip(case.samples[side], ids, strict=True)]
+    return results
+
+
+def test_a_sequential_cases_noise_note_looks_inside_its_captures():
+    results = _spread_between_captures(_sequential([1.0] * 12))
+    (case,) = compare.compare_ab(results, 0.03, 0.95).cases
+    assert not [n for n in case.notes if "IQR" in n], "a spread between captures is no noise"
+    assert case.verdict is V.PASS
+
+
+def test_baseline_notes_keep_the_noise_note_beside_the_between_run_note():
+    stored, run = captured_results([1.0] * 10), captured_results([1.0] * 10)
+    del stored.cases[0].samples["base"]
+    ids = run.cases[0].extra["captures"]["candidate"]
+    run.cases[0].samples["candidate"] = [
+        x * (0.7, 1.0, 1.4)[i % 3] for i, x in enumerate(run.cases[0].samples["candidate"])
+    ]
+    assert len(ids) == len(run.cases[0].samples["candidate"])
+    (case,) = compare.compare_baseline(run, stored, "candidate", 0.03, 0.95, "B").cases
+    assert [n for n in case.notes if "IQR" in n] and case.notes[-1].startswith("the base build is not in both runs")
+
+
+def test_the_first_look_of_a_plan_with_several_extra_looks_is_named_at_its_own_confidence():
+    assert sequential.Plan(first=6, group=3, max_extra=3).undecidable() == (
+        "its look 1 judges 6 captures at 97.50%, which needs at least 7"
+    )
+    assert [stats.least_decisive(c) for c in (0.3, 0.8, 0.9, 0.999)] == [1, 2, 4, 14]
+    effect = stats.Effect(ratio=1.0, ci_low=0.99, ci_high=1.01, confidence=0.95, method="m", n_base=6, n_candidate=6)
+    unbounded = stats.Effect(
+        ratio=1.0, ci_low=0.0, ci_high=math.inf, confidence=0.95, method="d", n_base=3, n_candidate=3
+    )
+    assert stats.between_runs(effect, unbounded).method == f"m; {stats.METHOD_BETWEEN_RUNS}"

@@ -55,7 +55,7 @@ class CaseVerdict:
     cells: dict[str, str] = field(default_factory=dict)  # the subject's report columns
     notes: list[str] = field(default_factory=list)
     looks: list[dict] = field(default_factory=list)  # a sequential run's looks (ci.core.sequential), in order
-    between_runs: dict | None = None  # baseline mode: the unchanged build's shift that widened the interval
+    between_runs: dict | None = None  # baseline mode: the unchanged build's shift the effect was taken over
 
 
 @dataclass(kw_only=True)
@@ -207,8 +207,8 @@ def compare_baseline(
     results: BenchResults, baseline: BenchResults, side: str, threshold: float, confidence: float, where: str
 ) -> GateReport:
     """This run's ``side`` build vs the same build in the stored baseline. Two runs differ by more than their
-    captures show (a board, a machine start, a process), so the candidate side's interval is widened by the
-    base build's shift between the two runs, measured the same way (``stats.between_runs``)."""
+    captures show (a board, a machine start, a process), so the candidate side is taken over the base build's
+    shift between the two runs, measured the same way, with its interval (``stats.between_runs``)."""
     verdicts = _failed(results)
     stored_cases = baseline.by_id()
     matched = subjects.subject_of(results.kind).captures_match_across_runs

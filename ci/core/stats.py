@@ -43,7 +43,7 @@ METHOD_CAPTURES_BASELINE = (
     "hodges-lehmann over captures paired by index with the baseline's (the same inputs), "
     "wilcoxon signed-rank CI over captures"
 )
-METHOD_BETWEEN_RUNS = "widened by the base side's shift between the two runs (the between-run error)"
+METHOD_BETWEEN_RUNS = "over the base side's shift between the two runs (the between-run error), with its interval"
 # The noise model of the simulation, measured on an H200 (the kernel bench's CUDA graphs of 20 calls):
 # per-sample CV 0.2-0.7% and rare +7% outliers.
 SIM_CV_RANGE = (0.002, 0.007)
@@ -315,20 +315,18 @@ def unpaired_effect(base: Sequence[float], cand: Sequence[float], confidence: fl
 
 def between_runs(effect: Effect, drift: Effect) -> Effect:
     """``effect`` (a build of this run against the same build of a stored run) with the error between the two
-    runs added: ``drift`` is a build that did not change, measured the same way (this run's base against the
-    stored base), and whatever it moved by (a board, a machine start, a process: code-free) could have moved
-    ``effect`` as much, either way. So the interval is widened at each end by the largest shift ``drift``'s
-    interval allows (its bound farthest from 1, on the log scale); the estimate stays. A drift interval that
-    holds 1 still widens by its own half-width: the run-to-run error is known only that well."""
+    runs taken out and its uncertainty put in: ``drift`` is a build that did not change, measured the same way
+    (this run's base against the stored base), and whatever moved it (a board, a machine start, a process:
+    code-free) moved the judged build too. So the estimate is divided by the drift's, and the interval is the
+    quotient of the two intervals at their far ends (``effect.ci_low / drift.ci_high``, ``effect.ci_high /
+    drift.ci_low``): a run-to-run shift the captures of one run cannot see is in it, measured, with the
+    uncertainty of its measurement. A drift interval that is not bounded bounds nothing."""
     lo, hi = drift.ci_low, drift.ci_high
+    method = f"{effect.method}; {METHOD_BETWEEN_RUNS}"
     if not (lo > 0 and math.isfinite(hi)):
-        return replace(effect, ci_low=0.0, ci_high=math.inf, method=f"{effect.method}; {METHOD_BETWEEN_RUNS}")
-    shift = max(abs(math.log(lo)), abs(math.log(hi)))
+        return replace(effect, ci_low=0.0, ci_high=math.inf, method=method)
     return replace(
-        effect,
-        ci_low=effect.ci_low * math.exp(-shift),
-        ci_high=effect.ci_high * math.exp(shift),
-        method=f"{effect.method}; {METHOD_BETWEEN_RUNS}",
+        effect, ratio=effect.ratio / drift.ratio, ci_low=effect.ci_low / hi, ci_high=effect.ci_high / lo, method=method
     )
 
 

@@ -432,3 +432,12 @@ def test_the_first_look_of_a_plan_with_several_extra_looks_is_named_at_its_own_c
         ratio=1.0, ci_low=0.0, ci_high=math.inf, confidence=0.95, method="d", n_base=3, n_candidate=3
     )
     assert stats.between_runs(effect, unbounded).method == f"m; {stats.METHOD_BETWEEN_RUNS}"
+
+
+def test_the_evidence_rules_name_a_malformed_plan_as_the_results_field():
+    """Every reader of a results file (a verdict, a baseline, the history, the resampling) asks the evidence rules
+    first: a plan of looks that is not one is a data error naming the file's field, not a verdict."""
+    results = captured_results(OPEN)
+    results.settings["sequential"] = {"first": 8}
+    with pytest.raises(DataError, match=r"^the results: settings.sequential should hold first, group, max_extra"):
+        evidence.run_problems(results)

@@ -214,6 +214,8 @@ def test_a_plan_is_recorded_read_back_and_described():
         sequential.plan_of({"sequential": {**recorded, "first": "9"}}, "where")
     with pytest.raises(DataError, match=r"got '9\+3x3'"):
         sequential.plan_of({"sequential": "9+3x3"}, "where")
+    with pytest.raises(DataError, match=r"^results: settings.sequential should hold"):
+        sequential.plan_of({"sequential": {"first": 9}})  # the default place named
 
 
 def test_more_captures_asks_for_the_next_group_only_while_the_question_is_open():

@@ -120,8 +120,15 @@ def test_sigterm_reaches_the_running_stage_as_an_interrupt():
 
     from ci.runner import stages
 
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # the child takes SIGINT as Ctrl-C even where it was started with SIGINT ignored (a background job of a
+    # non-interactive shell), and says so before the relay runs
+    code = (
+        "import signal, time; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
+        assert child.stdout.readline().strip() == "ready"
         assert child.pid in stages.children()
         with pytest.raises(KeyboardInterrupt):
             stages.terminate_as_interrupt(signal.SIGTERM, None)

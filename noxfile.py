@@ -444,10 +444,27 @@ def tile_sweep(session: nox.Session) -> None:
     _gpu_stage(session, "ci.kernel.tile_sweep", "tile_sweep")
 
 
-@nox.session(python=False, default=False)
+@nox.session(default=False)
 def history(session: nox.Session) -> None:
-    """The history of complete runs per machine, subject and suite (`-- add RESULTS`, `-- show --machine M ...`)."""
-    _stage(session, sys.executable, "-m", "ci.core.history", *session.posargs)
+    """The history of complete runs per machine, subject and suite (`-- add RESULTS`, `-- show|detect|plot
+    --machine M --kind K ...`); installs Apache Otava and matplotlib (requirements/changepoints.txt)."""
+    _requirements(session, "changepoints")
+    _stage(session, _python(session), "-m", "ci.core.history", *session.posargs)
+
+
+@nox.session(default=False)
+def bisect(session: nox.Session) -> None:
+    """The first vLLM commit that made cases slower: paired A/B steps between two commits of a checkout, each built
+    as the gate's trees (`-- --vllm-src PATH --good REF --bad REF [--suite S | --cases GLOB] [--tpot]`)."""
+    _require_gpu(session)
+    args = parse_session_args(session.posargs)
+    locked = _install_vllm_deps(session, args, gpu=True)
+    check_options(session, args, _python(session), "-m", "ci.runner.bisect")
+    argv = list(args.build_argv)
+    if locked:  # the session's venv holds the release from its hash lock: the trees take that vLLM
+        argv[argv.index("--vllm") + 1] = "installed"
+    out = str(_out(session, args))
+    _stage(session, _python(session), "-m", "ci.runner.bisect", *argv, "--out", out, *args.rest)
 
 
 @nox.session(python=False, default=False)

@@ -10,8 +10,12 @@ side, the A/B ratio with its interval over captures, and the captures. Only a ru
 (``ci.core.evidence``) is added; a results file already in the history is refused (exit 2), so a re-run of the
 nightly job adds nothing twice. Nothing is ever removed by this module.
 
-CLI: ``python -m ci.core.history add RESULTS [--dir history]`` and ``python -m ci.core.history show --machine M
---kind K --suite S [--case GLOB] [--dir history]`` (``nox -s history -- ...``).
+CLI (``nox -s history -- ...``): ``add RESULTS [--dir history]``; ``show``, ``detect`` and ``plot``, each with
+``--machine M --kind K --suite S [--case GLOB] [--dir history]``. ``detect`` lists the *candidate* change points
+of each case's series (Apache Otava's windowed E-Divisive with its defaults, where the time goes up): the two
+runs either side, the step's size, and the bisect that confirms it (``nox -s bisect``: its first step is the
+paired A/B of the two builds, and only its FAIL is an alert; docs/history.md); exit 0 with none, 1 with some.
+``plot --out FILE.png`` draws each case's series with its candidates marked.
 """
 
 from __future__ import annotations
@@ -19,12 +23,12 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ci.core import baselines, evidence, stats, subjects
 from ci.core.cli import run_main
-from ci.core.errors import DataError, IncompleteEvidenceError, UsageError
+from ci.core.errors import DataError, ExitCode, IncompleteEvidenceError, UsageError
 from ci.core.jsonio import read_json, sha256_file, write_json
 from ci.core.results import BenchResults, load_results
 
@@ -135,7 +139,104 @@ def show(history: dict, pattern: str = "*") -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+MIN_RUNS = 6  # fewer runs than this: no change point is looked for (Otava needs a few on each side)
+SPAN = 5  # runs either side whose medians give a step's size
+
+
+def case_series(history: dict, pattern: str = "*") -> dict[str, list[dict]]:
+    """The entries of each case matching ``pattern``, in time order."""
+    ids = sorted({cid for e in history["entries"] for cid in e["cases"] if fnmatch.fnmatch(cid, pattern)})
+    return {cid: [e for e in history["entries"] if cid in e["cases"]] for cid in ids}
+
+
+def build_ref(identity: dict) -> str:
+    """What a bisect takes for a build: its commit when the history recorded one, else the release's tag."""
+    if identity.get("commit"):
+        return str(identity["commit"])
+    return f"v{identity['vLLM']}" if identity.get("vLLM") else "?"
+
+
+def candidates(history: dict, detector: Callable[[list[float]], list[int]], pattern: str = "*") -> list[dict]:
+    """The candidate change points of each case's base-side series: ``detector`` gives the indices where the
+    time goes up (``ci.core.changepoints``); each candidate names the runs either side and the step's size
+    (the median of the ``SPAN`` runs after it over the median of the ``SPAN`` before)."""
+    found = []
+    for cid, entries in case_series(history, pattern).items():
+        xs = [e["cases"][cid]["base"] for e in entries]
+        if len(xs) < MIN_RUNS:
+            continue
+        for at in detector(xs):
+            if not 0 < at < len(xs):
+                continue
+            before, after = xs[max(0, at - SPAN) : at], xs[at : at + SPAN]
+            good, bad = entries[at - 1], entries[at]
+            found.append(
+                {
+                    "case": cid,
+                    "index": at,
+                    "good": {"time": good["run"].get("time", ""), "build": good["builds"].get("base", {})},
+                    "bad": {"time": bad["run"].get("time", ""), "build": bad["builds"].get("base", {})},
+                    "size": stats.median(after) / stats.median(before) - 1,
+                }
+            )
+    return found
+
+
+def detect_markdown(found: Sequence[dict]) -> str:
+    if not found:
+        return "no candidate change point: no case's time went up between two runs\n"
+    lines = [
+        f"{len(found)} candidate change point(s): each is an alert only if its A/B FAILs (the bisect's first step)",
+        "",
+        "| case | last run before | first run after | step | confirm and bisect |",
+        "|---|---|---|---:|---|",
+    ]
+    for c in found:
+        good, bad = build_ref(c["good"]["build"]), build_ref(c["bad"]["build"])
+        lines.append(
+            f"| {c['case']} | {c['good']['time']} ({good}) | {c['bad']['time']} ({bad}) | {c['size']:+.1%} | "
+            f"`nox -s bisect -- --vllm-src VLLM --good {good} --bad {bad} --cases '{c['case']}'` |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(history: dict, out: Path, found: Sequence[dict] = (), pattern: str = "*", most: int = 12) -> int:
+    """Each case's base-side series (at most ``most`` cases), its candidate change points marked; returns the
+    number of cases drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = dict(list(case_series(history, pattern).items())[:most])
+    if not series:
+        raise UsageError(f"no case of the history matches {pattern!r}; nothing drawn")
+    fig, axes = plt.subplots(len(series), 1, figsize=(9, 2.2 * len(series)), squeeze=False)
+    for ax, (cid, entries) in zip(axes[:, 0], series.items(), strict=True):
+        xs = [e["cases"][cid]["base"] for e in entries]
+        ax.plot(range(len(xs)), xs, marker="o", markersize=3)
+        for c in found:
+            if c["case"] == cid:
+                ax.axvline(c["index"] - 0.5, color="red", linestyle="--", label=f"candidate {c['size']:+.1%}")
+        ax.set_title(cid, fontsize=8)
+        ax.set_ylabel(entries[0]["cases"][cid]["unit"], fontsize=8)
+        if any(c["case"] == cid for c in found):
+            ax.legend(fontsize=7)
+    axes[-1, 0].set_xlabel("run (time order)")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return len(series)
+
+
+def otava_detector() -> Callable[[list[float]], list[int]]:
+    from ci.core.changepoints import otava_detectors
+
+    return otava_detectors()["otava"]
+
+
+def main(argv: Sequence[str] | None = None, detector: Callable[[list[float]], list[int]] | None = None) -> int:
     parser = argparse.ArgumentParser(
         allow_abbrev=False, prog="python -m ci.core.history", description=__doc__.split("\n\n")[0]
     )
@@ -143,12 +244,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_p = sub.add_parser("add", help="add a complete results file to its series")
     add_p.add_argument("results", type=Path)
     add_p.add_argument("--dir", type=Path, default=DEFAULT_DIR)
-    show_p = sub.add_parser("show", help="a series as a table")
-    show_p.add_argument("--machine", required=True, help="e.g. nvidia-h200-x1")
-    show_p.add_argument("--kind", required=True, help="the results kind, e.g. kernel-bench")
-    show_p.add_argument("--suite", default="default")
-    show_p.add_argument("--case", default="*", help="a glob over case ids")
-    show_p.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    for name, what in (("show", "a series as a table"), ("detect", "candidate change points"), ("plot", "a PNG")):
+        p = sub.add_parser(name, help=what)
+        p.add_argument("--machine", required=True, help="e.g. nvidia-h200-x1")
+        p.add_argument("--kind", required=True, help="the results kind, e.g. kernel-bench")
+        p.add_argument("--suite", default="default")
+        p.add_argument("--case", default="*", help="a glob over case ids")
+        p.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+        if name == "plot":
+            p.add_argument("--out", type=Path, required=True, help="the PNG to write")
     args = parser.parse_args(argv)
     if args.command == "add":
         print(f"history: added {args.results} to {add(args.results, args.dir)}")
@@ -156,8 +260,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = args.dir / args.machine / args.kind / f"{args.suite}.json"
     if not path.exists():
         raise UsageError(f"{path}: no history there yet; add a run first: python -m ci.core.history add RESULTS")
-    print(show(load_history(path), args.case))
-    return 0
+    history = load_history(path)
+    if args.command == "show":
+        print(show(history, args.case))
+        return 0
+    found = candidates(history, detector or otava_detector(), args.case)
+    if args.command == "plot":
+        if args.out.suffix != ".png" or args.out.exists():
+            raise UsageError(f"--out {args.out}: give a new .png file (an existing file is never replaced)")
+        print(f"history: drew {plot(history, args.out, found, args.case)} case(s) into {args.out}")
+        return 0
+    print(detect_markdown(found), end="")
+    return int(ExitCode.FAILED) if found else 0
 
 
 if __name__ == "__main__":

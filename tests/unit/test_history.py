@@ -82,3 +82,56 @@ def test_show_and_the_cli(tmp_path, capsys):
     with pytest.raises(UsageError, match="no history there yet"):
         history.main(["show", "--machine", "nowhere-x1", "--kind", "kernel-bench", "--dir", str(root)])
     assert "no case" in history.show(history.load_history(next(root.rglob("*.json"))), "nothing*")
+
+
+def _nightly(tmp_path, root, ratios_by_night):
+    """One complete run a night added to the history; the base side's time is scaled by the night's level."""
+    for night, level in enumerate(ratios_by_night):
+        results = kernel_results("quick", seed=night)
+        for case in results.cases:
+            case.samples["base"] = [x * level for x in case.samples["base"]]
+        results.provenance["time"] = f"2026-11-{night + 1:02d}T00:00:00+00:00"
+        results.provenance["vllm"] = {"version": f"0.25.{night}"}
+        history.add(saved(results, tmp_path / f"night{night}.json"), root)
+    return next(root.rglob("*.json"))
+
+
+def test_detect_names_the_runs_either_side_of_a_step_and_the_bisect_that_confirms_it(tmp_path, capsys):
+    root = tmp_path / "history"
+    path = _nightly(tmp_path, root, [1.0] * 6 + [1.05] * 6)
+    data = history.load_history(path)
+    seen = []
+
+    def detector(xs):  # a detector that sees the one step there is (ci.core.changepoints runs Otava's)
+        seen.append(len(xs))
+        return [i for i in range(1, len(xs)) if xs[i] > 1.03 * xs[i - 1]] + [0, len(xs)]  # out of range: ignored
+
+    found = history.candidates(data, detector, "deepseek-v3/ep8/*")
+    assert found and {c["case"][:15] for c in found} == {"deepseek-v3/ep8"} and set(seen) == {12}
+    first = found[0]
+    assert first["index"] == 6 and first["size"] == pytest.approx(0.05, abs=0.01)
+    assert first["good"]["build"]["vLLM"] == "0.25.5" and first["bad"]["build"]["vLLM"] == "0.25.6"
+    text = history.detect_markdown(found)
+    assert "--good v0.25.5 --bad v0.25.6 --cases 'deepseek-v3/ep8/" in text and f"| {first['size']:+.1%} |" in text
+    assert history.detect_markdown([]).startswith("no candidate change point")
+    assert history.candidates({"entries": data["entries"][:5]}, detector) == []  # too few runs: nothing looked for
+    machine = path.relative_to(root).parts[0]
+    where = ["--machine", machine, "--kind", "kernel-bench", "--suite", "quick", "--dir", str(root)]
+    assert history.main(["detect", *where], detector=detector) == 1
+    assert "candidate change point(s)" in capsys.readouterr().out
+    assert history.main(["detect", *where], detector=lambda xs: []) == 0
+    assert history.build_ref({"commit": "abc123", "vLLM": "0.25.1"}) == "abc123" and history.build_ref({}) == "?"
+
+
+def test_plot_draws_the_series_and_never_replaces_a_file(tmp_path):
+    root = tmp_path / "history"
+    path = _nightly(tmp_path, root, [1.0] * 3 + [1.1] * 3)
+    machine = path.relative_to(root).parts[0]
+    where = ["--machine", machine, "--kind", "kernel-bench", "--suite", "quick", "--dir", str(root)]
+    png = tmp_path / "series.png"
+    assert history.main(["plot", *where, "--case", "qwen3*ep8*", "--out", str(png)], detector=lambda xs: [3]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(UsageError, match="an existing file is never replaced"):
+        history.main(["plot", *where, "--out", str(png)], detector=lambda xs: [])
+    with pytest.raises(UsageError, match="nothing drawn"):
+        history.main(["plot", *where, "--case", "nothing*", "--out", str(tmp_path / "b.png")], detector=lambda xs: [])

@@ -34,6 +34,7 @@ from ci.core.cli import run_main
 from ci.core.errors import DataError, ExitCode, GateError, UsageError
 from ci.core.jsonio import check_own_report, read_json, write_report
 from ci.core.stats import DEFAULT_THRESHOLD
+from ci.host import outputs
 from ci.trees.patching import PATCHED_PREFIX, is_compiled
 from ci.trees.refpatch import git_bytes, has_commit
 
@@ -114,7 +115,7 @@ class Stages:
 
     def __post_init__(self) -> None:
         if self.kind == TPOT:
-            self.bench, self.results_file = "ci.serving.tpot", "tpot-results.json"
+            self.bench, self.results_file = "ci.serving.tpot", outputs.TPOT_RESULTS
         else:
             subject = subjects.subject_of(self.kind)
             if not (subject.bench and subject.results_file):
@@ -130,34 +131,12 @@ class Stages:
         return 128 - code if code < 0 else code
 
     def bench_argv(self, manifest: Path, out: Path) -> list[str]:
-        py, judge = sys.executable, ["--threshold", repr(self.threshold)]
         if self.kind == TPOT:
-            return [
-                py,
-                "-m",
-                self.bench,
-                "--manifest",
-                str(manifest),
-                "--profile",
-                self.tpot_profile,
-                *judge,
-                "--out",
-                str(out),
-            ]
-        only = ["--cases", self.cases] if self.cases else []
-        return [
-            py,
-            "-m",
-            self.bench,
-            "--manifest",
-            str(manifest),
-            "--suite",
-            self.suite,
-            *only,
-            *judge,
-            "--out",
-            str(out),
-        ]
+            which = ["--profile", self.tpot_profile]
+        else:
+            which = ["--suite", self.suite, *(["--cases", self.cases] if self.cases else [])]
+        judge = ["--threshold", repr(self.threshold)]
+        return [sys.executable, "-m", self.bench, "--manifest", str(manifest), *which, *judge, "--out", str(out)]
 
     def judge(self, earlier: str, later: str) -> core.Step:
         started = time.time()

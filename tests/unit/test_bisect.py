@@ -349,3 +349,37 @@ def test_the_report_exactly():
     assert core.headline(quiet) == "not confirmed: b against a is PASS (no case slower); nothing to bisect"
     with pytest.raises(UsageError, match=r"one of FAIL, PASS, INCONCLUSIVE, SAME, not 'MAYBE'$"):
         core.Step(earlier="a", later="b", verdict="MAYBE")
+
+
+def test_tpot_steps_run_the_tpot_stage_on_its_profile_and_keep_their_one_case(tmp_path):
+    repo, shas = history(tmp_path, [1.0, 1.1])
+    stages = runner.Stages(
+        repo=repo,
+        vllm="installed",
+        out=tmp_path / "o",
+        kind=runner.TPOT,
+        suite="default",
+        cases=None,
+        threshold=0.05,
+        tpot_profile="pr-ep",
+    )
+    argv = stages.bench_argv(Path("m.json"), Path("b"))
+    assert argv[1:] == [
+        "-m",
+        "ci.serving.tpot",
+        "--manifest",
+        "m.json",
+        "--profile",
+        "pr-ep",
+        "--threshold",
+        "0.05",
+        "--out",
+        "b",
+    ]
+    assert stages.results_file == "tpot-results.json"
+
+    def judge(earlier, later):
+        return core.Step(earlier=earlier, later=later, verdict=core.FAIL, failed=("qwen3/dp1-ep1/pr",))
+
+    stages.judge = judge
+    assert runner.run_bisect(shas, stages).status == core.FOUND and stages.cases is None

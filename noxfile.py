@@ -446,16 +446,19 @@ def tile_sweep(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def history(session: nox.Session) -> None:
-    """The history of complete runs per machine, subject and suite (`-- add RESULTS`, `-- show|detect|plot
-    --machine M --kind K ...`); installs Apache Otava and matplotlib (requirements/changepoints.txt)."""
+    """The history of complete runs per machine, subject and suite (`-- add|show|detect|plot ...`).
+
+    Installs Apache Otava and matplotlib (requirements/changepoints.txt); docs/sessions.md has the options."""
     _requirements(session, "changepoints")
     _stage(session, _python(session), "-m", "ci.core.history", *session.posargs)
 
 
 @nox.session(default=False)
 def bisect(session: nox.Session) -> None:
-    """The first vLLM commit that made cases slower: paired A/B steps between two commits of a checkout, each built
-    as the gate's trees (`-- --vllm-src PATH --good REF --bad REF [--suite S | --cases GLOB] [--tpot]`)."""
+    """The first vLLM commit between two refs that made cases slower, each step a paired A/B (docs/history.md).
+
+    `-- --vllm-src PATH --good REF --bad REF [--suite S | --cases GLOB] [--tpot]`; each commit is built as the
+    gate's trees in branch mode."""
     _require_gpu(session)
     args = parse_session_args(session.posargs)
     locked = _install_vllm_deps(session, args, gpu=True)

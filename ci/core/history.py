@@ -149,11 +149,9 @@ def case_series(history: dict, pattern: str = "*") -> dict[str, list[dict]]:
     return {cid: [e for e in history["entries"] if cid in e["cases"]] for cid in ids}
 
 
-def build_ref(identity: dict) -> str:
-    """What a bisect takes for a build: its commit when the history recorded one, else the release's tag."""
-    if identity.get("commit"):
-        return str(identity["commit"])
-    return f"v{identity['vLLM']}" if identity.get("vLLM") else "?"
+def build_text(identity: dict) -> str:
+    """A build as its subject's identity names it (``name value; ...``), or ``?`` when the run recorded none."""
+    return "; ".join(f"{k} {v}" for k, v in sorted(identity.items())) or "?"
 
 
 def candidates(history: dict, detector: Callable[[list[float]], list[int]], pattern: str = "*") -> list[dict]:
@@ -186,17 +184,15 @@ def detect_markdown(found: Sequence[dict]) -> str:
     if not found:
         return "no candidate change point: no case's time went up between two runs\n"
     lines = [
-        f"{len(found)} candidate change point(s): each is an alert only if its A/B FAILs (the bisect's first step)",
+        f"{len(found)} candidate change point(s). Each is an alert only once the paired A/B of its two builds FAILs: "
+        "the first step of `nox -s bisect -- --good BEFORE --bad AFTER --cases CASE` (docs/history.md).",
         "",
-        "| case | last run before | first run after | step | confirm and bisect |",
-        "|---|---|---|---:|---|",
+        "| case | last run before (build) | first run after (build) | step |",
+        "|---|---|---|---:|",
     ]
     for c in found:
-        good, bad = build_ref(c["good"]["build"]), build_ref(c["bad"]["build"])
-        lines.append(
-            f"| {c['case']} | {c['good']['time']} ({good}) | {c['bad']['time']} ({bad}) | {c['size']:+.1%} | "
-            f"`nox -s bisect -- --vllm-src VLLM --good {good} --bad {bad} --cases '{c['case']}'` |"
-        )
+        before, after = (f"{c[k]['time']} ({build_text(c[k]['build'])})" for k in ("good", "bad"))
+        lines.append(f"| {c['case']} | {before} | {after} | {c['size']:+.1%} |")
     return "\n".join(lines) + "\n"
 
 

@@ -112,7 +112,7 @@ def test_detect_names_the_runs_either_side_of_a_step_and_the_bisect_that_confirm
     assert first["index"] == 6 and first["size"] == pytest.approx(0.05, abs=0.01)
     assert first["good"]["build"]["vLLM"] == "0.25.5" and first["bad"]["build"]["vLLM"] == "0.25.6"
     text = history.detect_markdown(found)
-    assert "--good v0.25.5 --bad v0.25.6 --cases 'deepseek-v3/ep8/" in text and f"| {first['size']:+.1%} |" in text
+    assert "(vLLM 0.25.5) | 2026-11-07T00:00:00+00:00 (vLLM 0.25.6) |" in text and f"| {first['size']:+.1%} |" in text
     assert history.detect_markdown([]).startswith("no candidate change point")
     assert history.candidates({"entries": data["entries"][:5]}, detector) == []  # too few runs: nothing looked for
     machine = path.relative_to(root).parts[0]
@@ -120,7 +120,10 @@ def test_detect_names_the_runs_either_side_of_a_step_and_the_bisect_that_confirm
     assert history.main(["detect", *where], detector=detector) == 1
     assert "candidate change point(s)" in capsys.readouterr().out
     assert history.main(["detect", *where], detector=lambda xs: []) == 0
-    assert history.build_ref({"commit": "abc123", "vLLM": "0.25.1"}) == "abc123" and history.build_ref({}) == "?"
+    assert (
+        history.build_text({"vLLM": "0.25.1", "change": "x"}) == "change x; vLLM 0.25.1"
+        and history.build_text({}) == "?"
+    )
 
 
 def test_plot_draws_the_series_and_never_replaces_a_file(tmp_path):

@@ -41,7 +41,6 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from ci.core import sequential, stats
 from ci.core.cli import run_main
@@ -52,7 +51,7 @@ from ci.kernel.formats import FORMATS_BY_NAME
 from ci.kernel.graphs import CaseRunner
 from ci.kernel.suites import SUITES, BenchCase, runnable_block_sizes, suite_cases
 from ci.moe.routing import rank_view
-from ci.timing.captures import add_plan_arguments, plan_for, time_sequentially
+from ci.timing.captures import add_bench_arguments, plan_for, time_sequentially
 from ci.timing.graphs import CALLS_PER_GRAPH, ROTATING_INPUTS, WARMUP_REPLAYS, calibrate_slowdown, sleep_calibration
 from ci.trees import provenance
 from ci.trees.manifest import load_trees
@@ -333,24 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         allow_abbrev=False, prog="python -m ci.kernel.bench", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--manifest", type=Path, required=True, help="manifest.json of the trees (ci.trees.build)")
-    parser.add_argument("--suite", default="default", help=f"one of {sorted(SUITES)} (default %(default)s)")
-    parser.add_argument(
-        "--cases",
-        help="only case ids matching this glob (or any of several, comma-separated), e.g. 'deepseek-v3/ep8/*'",
+    add_bench_arguments(
+        parser, results_file=outputs.KERNEL_RESULTS, suites=SUITES, captures=DEFAULT_CAPTURES, repeats=DEFAULT_REPEATS
     )
-    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="rounds per build (%(default)s)")
-    parser.add_argument(
-        "--captures",
-        type=int,
-        default=DEFAULT_CAPTURES,
-        help="fresh captures per build, the repeats split among them (%(default)s)",
-    )
-    parser.add_argument(
-        "--out", type=Path, required=True, help=f"folder the stage writes {outputs.KERNEL_RESULTS} into"
-    )
-    parser.add_argument("--allow-busy", action="store_true", help="time even if another process uses the GPU")
-    parser.add_argument("--aa", action="store_true", help="A/A run: time the base build against itself")
     parser.add_argument(
         "--inject-slowdown",
         type=float,
@@ -364,7 +348,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=BLOCK_SIZE_REPEATS,
         help="timings per forced block size (regret columns); 0: no sweep (%(default)s)",
     )
-    add_plan_arguments(parser)
     args = parser.parse_args(argv)
     check_plan(args.captures, args.repeats, args.block_size_repeats, args.inject_slowdown, args.aa)
     plan = plan_for(args.captures, args.sequential == "on", args.max_extra)

@@ -109,3 +109,24 @@ def add_plan_arguments(parser, max_extra: int | None = SEQUENTIAL_MAX_EXTRA) -> 
     parser.add_argument("--sequential", choices=("on", "off"), default="on", help="more captures while INCONCLUSIVE")
     parser.add_argument("--max-extra", type=int, default=max_extra, help="groups of them (%(default)s)")
     parser.add_argument("--threshold", type=fraction, default=stats.DEFAULT_THRESHOLD, help="of the looks (0.03)")
+
+
+def add_bench_arguments(parser, *, results_file: str, suites, captures: int, repeats: int) -> None:
+    """The options every bench timed in captures takes (its trees, suite, cases, A/A, captures and rounds, the
+    busy-GPU guard, its output folder) and its sequential plan's (``add_plan_arguments``)."""
+    from pathlib import Path
+
+    parser.add_argument("--manifest", type=Path, required=True, help="manifest.json of the trees (ci.trees.build)")
+    parser.add_argument("--suite", default="default", help=f"one of {sorted(suites)} (default %(default)s)")
+    parser.add_argument("--cases", help="only case ids matching this glob (or any of several, comma-separated)")
+    parser.add_argument("--repeats", type=int, default=repeats, help="rounds per build (%(default)s)")
+    parser.add_argument(
+        "--captures",
+        type=int,
+        default=captures,
+        help="fresh captures per build, the rounds split among them (%(default)s)",
+    )
+    parser.add_argument("--out", type=Path, required=True, help=f"folder the stage writes {results_file} into")
+    parser.add_argument("--allow-busy", action="store_true", help="time even if another process uses the GPU")
+    parser.add_argument("--aa", action="store_true", help="A/A run: time the base build against itself")
+    add_plan_arguments(parser)

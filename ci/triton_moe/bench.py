@@ -25,14 +25,13 @@ import contextlib
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from ci.core import sequential, stats
 from ci.core.cli import run_main
 from ci.core.errors import UsageError, WrongResultsError
 from ci.core.results import BenchResults, CaseResult
 from ci.host import gpu, outputs
-from ci.timing.captures import add_plan_arguments, plan_for, time_sequentially
+from ci.timing.captures import add_bench_arguments, plan_for, time_sequentially
 from ci.timing.graphs import CALLS_PER_GRAPH, ROTATING_INPUTS, graph_of_calls, replay_us
 from ci.trees import provenance
 from ci.trees.manifest import load_trees
@@ -311,23 +310,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         allow_abbrev=False, prog="python -m ci.triton_moe.bench", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--manifest", type=Path, required=True, help="manifest.json of the trees (ci.trees.build)")
-    parser.add_argument(
-        "--out", type=Path, required=True, help=f"folder the stage writes {outputs.TRITON_RESULTS} into"
+    add_bench_arguments(
+        parser, results_file=outputs.TRITON_RESULTS, suites=SUITES, captures=DEFAULT_CAPTURES, repeats=DEFAULT_REPEATS
     )
-    parser.add_argument("--suite", default="default", help=f"one of {sorted(SUITES)} (default %(default)s)")
-    parser.add_argument("--cases", help="only case ids matching this glob (or any of several, comma-separated)")
-    parser.add_argument("--aa", action="store_true", help="A/A run: time the base build against itself")
-    parser.add_argument("--captures", type=int, default=DEFAULT_CAPTURES, help="fresh captures per build (%(default)s)")
-    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="rounds per build (%(default)s)")
     parser.add_argument(
         "--sweep-repeats",
         type=int,
         default=SWEEP_REPEATS,
         help="timings per config of the regret sweep; 0: no sweep (%(default)s)",
     )
-    parser.add_argument("--allow-busy", action="store_true", help="time even if another process uses the GPU")
-    add_plan_arguments(parser)
     args = parser.parse_args(argv)
     check_plan(args.captures, args.repeats, args.sweep_repeats)
     plan = plan_for(args.captures, args.sequential == "on", args.max_extra)

@@ -20,8 +20,8 @@ results, verdict and report; ``trees/`` holds the builds. Exit code: 1 when a fi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -35,8 +35,9 @@ from ci.core.errors import DataError, ExitCode, GateError, UsageError
 from ci.core.jsonio import check_own_report, read_json, write_report
 from ci.core.stats import DEFAULT_THRESHOLD
 from ci.host import outputs
+from ci.runner.stages import run_stage
 from ci.trees.patching import PATCHED_PREFIX, is_compiled
-from ci.trees.refpatch import git_bytes, has_commit
+from ci.trees.refpatch import git_bytes, git_text, has_commit
 
 ROOT = Path(__file__).resolve().parents[2]
 KIND, SCHEMA_VERSION = "gate-bisect", 1
@@ -57,10 +58,6 @@ class StageFailed(GateError):
         self.exit_code = code
 
 
-def _git(repo: Path, *args: str) -> str:
-    return git_bytes(repo, *args).decode("utf-8", errors="replace")
-
-
 def commits_between(repo: Path, good: str, bad: str) -> list[str]:
     """``good`` and every commit after it on the first-parent line to ``bad``, oldest first (full hashes)."""
     if not (repo / ".git").exists():
@@ -68,19 +65,19 @@ def commits_between(repo: Path, good: str, bad: str) -> list[str]:
     for flag, ref in (("--good", good), ("--bad", bad)):
         if not has_commit(repo, ref):
             raise UsageError(f"{flag} {ref}: not a commit of {repo}; `git -C {repo} fetch` it first")
-    good_sha, bad_sha = (_git(repo, "rev-parse", f"{r}^{{commit}}").strip() for r in (good, bad))
+    good_sha, bad_sha = (git_text(repo, "rev-parse", f"{r}^{{commit}}").strip() for r in (good, bad))
     try:
         git_bytes(repo, "merge-base", "--is-ancestor", good_sha, bad_sha)
     except UsageError:
         raise UsageError(f"--good {good} is not an ancestor of --bad {bad}: give the older commit as --good") from None
-    line = _git(repo, "rev-list", "--reverse", "--first-parent", f"{good_sha}..{bad_sha}").split()
+    line = git_text(repo, "rev-list", "--reverse", "--first-parent", f"{good_sha}..{bad_sha}").split()
     if not line:
         raise UsageError(f"--good {good} and --bad {bad} are the same commit: nothing to bisect")
     return [good_sha, *line]
 
 
 def changed(repo: Path, earlier: str, later: str) -> list[str]:
-    return [p for p in _git(repo, "diff", "--name-only", "--no-renames", earlier, later).splitlines() if p]
+    return [p for p in git_text(repo, "diff", "--name-only", "--no-renames", earlier, later).splitlines() if p]
 
 
 def compiled_steps(repo: Path, commits: Sequence[str]) -> list[str]:
@@ -95,7 +92,7 @@ def compiled_steps(repo: Path, commits: Sequence[str]) -> list[str]:
 
 def short(repo: Path, sha: str) -> str:
     """A commit as the tables show it: its short hash and subject."""
-    subject = _git(repo, "log", "-1", "--format=%s", sha).strip()
+    subject = git_text(repo, "log", "-1", "--format=%s", sha).strip()
     return f"{sha[:12]} {subject[:50]}".rstrip()
 
 
@@ -127,8 +124,7 @@ class Stages:
         print(f"bisect: {name}: {' '.join(argv)}", flush=True)
         if self.run is not None:
             return self.run(argv)
-        code = subprocess.run(argv, cwd=ROOT, check=False).returncode
-        return 128 - code if code < 0 else code
+        return run_stage(argv, ROOT)
 
     def bench_argv(self, manifest: Path, out: Path) -> list[str]:
         if self.kind == TPOT:
@@ -302,9 +298,7 @@ def main(argv: Sequence[str] | None = None, run: Callable[[list[str]], int] | No
         builds=tuple(names[c] for c in outcome.builds),
         last_good=names[outcome.last_good],
         first_bad=names[outcome.first_bad],
-        steps=[
-            core.Step(**{**s.__dict__, "earlier": names[s.earlier], "later": names[s.later]}) for s in outcome.steps
-        ],
+        steps=[dataclasses.replace(s, earlier=names[s.earlier], later=names[s.later]) for s in outcome.steps],
     )
     write_report(args.out, JSON_NAME, MD_NAME, payload_of(outcome, args.vllm_src, stages), core.markdown(shown))
     return CODES[outcome.status]

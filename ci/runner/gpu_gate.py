@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -43,6 +42,7 @@ from ci.core.errors import PYTEST_CODES, DataError, ExitCode, GateError, UsageEr
 from ci.core.stats import DEFAULT_THRESHOLD
 from ci.host import outputs
 from ci.runner.jobsummary import describe
+from ci.runner.stages import run_stage
 from ci.trees.manifest import load_trees
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,8 +64,7 @@ class Step:
 def _run(step: Step, argv: list[str], codes: dict[int, int] | None = None) -> Step:
     print(f"gpu_gate: {step.name}: {' '.join(argv)}", flush=True)
     started = time.time()
-    done = subprocess.run(argv, cwd=ROOT, check=False)
-    code = 128 - done.returncode if done.returncode < 0 else done.returncode
+    code = run_stage(argv, ROOT)
     step.code, step.seconds = (codes or {}).get(code, code), time.time() - started
     return step
 

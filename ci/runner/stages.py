@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+from pathlib import Path
 
 from ci.core.errors import ExitCode
 
@@ -23,6 +25,13 @@ def stage_code(returned: object, codes: dict[int, int] | None = None) -> int:
     if returned < 0:
         return 128 - returned
     return (codes or {}).get(returned, returned)
+
+
+def run_stage(argv: list[str], cwd: Path) -> int:
+    """Run one stage as a process of its own; its exit code, or 128 + N when signal N killed it (as a shell
+    reports it)."""
+    code = subprocess.run(argv, cwd=cwd, check=False).returncode
+    return 128 - code if code < 0 else code
 
 
 def children() -> list[int]:

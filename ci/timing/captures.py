@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 from ci.core import sequential, stats
 from ci.core.compare import fraction
@@ -114,8 +115,6 @@ def add_plan_arguments(parser, max_extra: int | None = SEQUENTIAL_MAX_EXTRA) -> 
 def add_bench_arguments(parser, *, results_file: str, suites, captures: int, repeats: int) -> None:
     """The options every bench timed in captures takes (its trees, suite, cases, A/A, captures and rounds, the
     busy-GPU guard, its output folder) and its sequential plan's (``add_plan_arguments``)."""
-    from pathlib import Path
-
     parser.add_argument("--manifest", type=Path, required=True, help="manifest.json of the trees (ci.trees.build)")
     parser.add_argument("--suite", default="default", help=f"one of {sorted(suites)} (default %(default)s)")
     parser.add_argument("--cases", help="only case ids matching this glob (or any of several, comma-separated)")

@@ -54,7 +54,8 @@ def git_bytes(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
     return done.stdout
 
 
-def _git(repo: Path, *args: str) -> str:
+def git_text(repo: Path, *args: str) -> str:
+    """git's output as UTF-8 text (``git_bytes``); output that is not UTF-8 is a :class:`PatchError`."""
     out = git_bytes(repo, *args)
     try:
         return out.decode("utf-8")
@@ -101,7 +102,7 @@ def _resolve(repo: Path, ref: str, flag: str) -> str:
             f"try upstream/main, or a release tag such as v0.25.1; `git -C {repo} fetch` first if it is "
             "a branch you have not fetched)"
         )
-    return _git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}").strip()
+    return git_text(repo, "rev-parse", "--verify", f"{ref}^{{commit}}").strip()
 
 
 def make_patch(repo: Path, base: str, head: str) -> tuple[str, dict]:
@@ -110,8 +111,8 @@ def make_patch(repo: Path, base: str, head: str) -> tuple[str, dict]:
         raise UsageError(f"--repo {repo}: not a git checkout (no .git); clone the vLLM fork with its history")
     head_sha = _resolve(repo, head, "--head-ref")
     base_sha = _resolve(repo, base, "--base-ref")
-    merge_base = _git(repo, "merge-base", base_sha, head_sha).strip()
-    names = _git(repo, "diff", "--name-only", "-z", "--no-renames", "--no-relative", merge_base, head_sha)
+    merge_base = git_text(repo, "merge-base", base_sha, head_sha).strip()
+    names = git_text(repo, "diff", "--name-only", "-z", "--no-renames", "--no-relative", merge_base, head_sha)
     changed = [p for p in names.split("\0") if p]
     compiled = [p for p in changed if is_compiled(p)]
     if compiled:
@@ -123,7 +124,7 @@ def make_patch(repo: Path, base: str, head: str) -> tuple[str, dict]:
     if not taken:
         raise PatchError(f"{base}...{head} changes nothing under vllm/ ({len(changed)} other files): nothing to test")
     _check_branch_files(repo, merge_base, head_sha, taken)
-    body = _git(repo, "diff", *DIFF_OPTIONS, merge_base, head_sha, "--", PATCHED_PREFIX)
+    body = git_text(repo, "diff", *DIFF_OPTIONS, merge_base, head_sha, "--", PATCHED_PREFIX)
     info = {
         "base": base,
         "base_sha": base_sha,

@@ -90,6 +90,7 @@ def entry_of(results: BenchResults, results_path: Path) -> dict:
             "command": prov.get("command", ""),
         },
         "builds": {side: subject.identity(results, side) for side in SIDES},
+        "published": subject.published_side(results),
         "cases": {case.id: case_summary(case) for case in results.cases},
     }
 
@@ -115,25 +116,41 @@ def add(results_path: Path, root: Path = DEFAULT_DIR) -> Path:
     return path
 
 
-def series(history: dict, case_id: str, side: str = "base") -> list[tuple[str, float]]:
-    """(run time, median) of ``side`` of ``case_id`` over the history's entries, in time order."""
-    return [(e["run"].get("time", ""), e["cases"][case_id][side]) for e in history["entries"] if case_id in e["cases"]]
+def published(entry: dict) -> str:
+    """The side of an entry that is the software as published (its subject's ``published_side``): the side a
+    series follows. Entries written before it was recorded followed the base."""
+    side = entry.get("published", "base")
+    if side not in SIDES:
+        raise DataError(f"a history entry's 'published' side is {side!r}, not one of {SIDES}; restore it from git")
+    return side
+
+
+def value(entry: dict, case_id: str) -> float:
+    """The median of the published side of ``case_id`` in ``entry``."""
+    return entry["cases"][case_id][published(entry)]
+
+
+def series(history: dict, case_id: str) -> list[tuple[str, float]]:
+    """(run time, median of the published side) of ``case_id`` over the history's entries, in time order."""
+    return [(e["run"].get("time", ""), value(e, case_id)) for e in history["entries"] if case_id in e["cases"]]
 
 
 def show(history: dict, pattern: str = "*") -> str:
-    """A markdown table: per case, each entry's base median and A/B ratio with its interval."""
+    """A markdown table: per case, each entry's published build and its median, and the A/B ratio with its
+    interval."""
     ids = sorted({cid for e in history["entries"] for cid in e["cases"] if fnmatch.fnmatch(cid, pattern)})
     if not ids:
         return "no case of the history matches " + repr(pattern)
-    lines = ["| case | run | build (base) | base | ratio [95%] |", "|---|---|---|---:|---|"]
+    lines = ["| case | run | build (published side) | median | ratio [95%] |", "|---|---|---|---:|---|"]
     for cid in ids:
         for e in history["entries"]:
             c = e["cases"].get(cid)
             if c is None:
                 continue
-            build = ", ".join(f"{k} {v}" for k, v in sorted(e["builds"].get("base", {}).items()))
+            side = published(e)
+            build = f"{side}: {build_text(e['builds'].get(side, {}))}"
             lines.append(
-                f"| {cid} | {e['run'].get('time', '')} | {build} | {c['base']:.2f} {c['unit']} | "
+                f"| {cid} | {e['run'].get('time', '')} | {build} | {c[side]:.2f} {c['unit']} | "
                 f"{c['ratio']:.4f} [{c['ci'][0]:.4f}, {c['ci'][1]:.4f}] |"
             )
     return "\n".join(lines)
@@ -155,12 +172,12 @@ def build_text(identity: dict) -> str:
 
 
 def candidates(history: dict, detector: Callable[[list[float]], list[int]], pattern: str = "*") -> list[dict]:
-    """The candidate change points of each case's base-side series: ``detector`` gives the indices where the
+    """The candidate change points of each case's series (its published side): ``detector`` gives the indices where the
     time goes up (``ci.core.changepoints``); each candidate names the runs either side and the step's size
     (the median of the ``SPAN`` runs after it over the median of the ``SPAN`` before)."""
     found = []
     for cid, entries in case_series(history, pattern).items():
-        xs = [e["cases"][cid]["base"] for e in entries]
+        xs = [value(e, cid) for e in entries]
         if len(xs) < MIN_RUNS:
             continue
         for at in detector(xs):
@@ -172,8 +189,8 @@ def candidates(history: dict, detector: Callable[[list[float]], list[int]], patt
                 {
                     "case": cid,
                     "index": at,
-                    "good": {"time": good["run"].get("time", ""), "build": good["builds"].get("base", {})},
-                    "bad": {"time": bad["run"].get("time", ""), "build": bad["builds"].get("base", {})},
+                    "good": {"time": good["run"].get("time", ""), "build": good["builds"].get(published(good), {})},
+                    "bad": {"time": bad["run"].get("time", ""), "build": bad["builds"].get(published(bad), {})},
                     "size": stats.median(after) / stats.median(before) - 1,
                 }
             )
@@ -197,7 +214,7 @@ def detect_markdown(found: Sequence[dict]) -> str:
 
 
 def plot(history: dict, out: Path, found: Sequence[dict] = (), pattern: str = "*", most: int = 12) -> int:
-    """Each case's base-side series (at most ``most`` cases), its candidate change points marked; returns the
+    """Each case's series (its published side) (at most ``most`` cases), its candidate change points marked; returns the
     number of cases drawn."""
     import matplotlib
 
@@ -209,7 +226,7 @@ def plot(history: dict, out: Path, found: Sequence[dict] = (), pattern: str = "*
         raise UsageError(f"no case of the history matches {pattern!r}; nothing drawn")
     fig, axes = plt.subplots(len(series), 1, figsize=(9, 2.2 * len(series)), squeeze=False)
     for ax, (cid, entries) in zip(axes[:, 0], series.items(), strict=True):
-        xs = [e["cases"][cid]["base"] for e in entries]
+        xs = [value(e, cid) for e in entries]
         ax.plot(range(len(xs)), xs, marker="o", markersize=3)
         for c in found:
             if c["case"] == cid:

@@ -67,6 +67,9 @@ class Subject:
     schema: dict = field(default_factory=dict)
     # (results, side) -> what build that side is ({name: value}): baseline mode compares only like with like
     identity: Callable[[Any, str], dict[str, str]] = lambda results, side: {}
+    # results -> the side that is the software as published (the base, unless the run took the change out of a
+    # release that holds it): the side a history of nightly runs follows
+    published_side: Callable[[Any], str] = lambda results: "base"
     # the GPU stages of a subject a change enters directly (the one-command GPU verdict runs them): the module of
     # the software under test its changes are loaded through, its test folder (the CPU tier and, marked gpu, the
     # GPU suite) and its bench (``python -m BENCH --manifest M --suite S --out DIR``, writing ``results_file``)

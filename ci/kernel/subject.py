@@ -18,7 +18,7 @@ from ci.core.schema import BOOLEAN, INTEGER, POSITIVE, ListOf, MapOf, Opt
 from ci.core.subjects import Annotation, Subject, register
 from ci.host import outputs
 from ci.kernel.bench import MIN_CAPTURES
-from ci.trees.provenance import side_identity
+from ci.trees.provenance import published_side, side_identity
 from ci.trees.variants import ENTRY_MODULE, SUBJECT_TESTS
 
 KIND = "kernel-bench"
@@ -166,6 +166,7 @@ SUBJECT = register(
     Subject(
         kind=KIND,
         identity=side_identity,
+        published_side=published_side,
         schema=SCHEMA,
         expected_cases=expected_cases,
         min_captures=lambda results: MIN_CAPTURES,

@@ -15,7 +15,7 @@ from ci.core.schema import BOOLEAN, INTEGER, NUMBER, POSITIVE, STRING, ListOf, M
 from ci.core.subjects import Subject, register
 from ci.host import outputs
 from ci.serving import config as serving_config
-from ci.trees.provenance import side_identity
+from ci.trees.provenance import published_side, side_identity
 
 KIND = "tpot-bench"
 
@@ -179,6 +179,7 @@ SUBJECT = register(
     Subject(
         kind=KIND,
         identity=side_identity,
+        published_side=published_side,
         schema=SCHEMA,
         expected_cases=expected_cases,
         min_samples=min_samples,

@@ -233,6 +233,7 @@ def _build_into(
         ignored_patch_paths=tuple(ignored),
         overlaid_files=tuple(overlaid),
         refs=opts.refs,
+        overlay=None if opts.refs or not opts.vllm_src else overlay_of(opts.vllm_src),
         contract=None if contract is None else {**contract, "path": _display_path(Path(contract["path"]))},
         entry_module=entry,
         tools=_tool_versions(),
@@ -242,6 +243,23 @@ def _build_into(
     manifest_path = out / "manifest.json"
     write_json(manifest_path, manifest.to_json())
     return Trees(manifest_path=manifest_path, manifest=manifest, base=base, candidate=candidate)
+
+
+def overlay_of(checkout: Path) -> dict | None:
+    """The commit a ``--vllm-src`` checkout's overlay came from (``status``: ``clean`` or ``uncommitted changes``
+    under vllm/), so that a run names the vLLM commit it timed; None when the folder is not a git checkout."""
+    from ci.trees import refpatch
+
+    if not (checkout / ".git").exists() or not refpatch.has_commit(checkout, "HEAD"):
+        return None
+    sha = refpatch.git_text(checkout, "rev-parse", "HEAD").strip()
+    dirty = refpatch.git_text(checkout, "status", "--porcelain", "--", "vllm").strip()
+    return {
+        "repo": str(checkout),
+        "commit": sha,
+        "subject": refpatch.git_text(checkout, "log", "-1", "--format=%s", sha).strip(),
+        "status": "uncommitted changes" if dirty else "clean",
+    }
 
 
 def check_changes(changes: Sequence[FileChange], patch: Path, candidate: Path, entry: str | None = None) -> str:

@@ -30,6 +30,7 @@ class TreeManifest:
     ignored_patch_paths: tuple[str, ...] = ()
     overlaid_files: tuple[str, ...] = ()
     refs: dict | None = None  # --head-ref: the refs, their commits and the files the branch changes
+    overlay: dict | None = None  # --vllm-src without refs, a git checkout: its commit (ci.trees.build.overlay_of)
     contract: dict | None = None  # ci.trees.contracts.Contract.to_json(), or None: no rule of the change is checked
     entry_module: str = ""  # the module the candidate is loaded through (ci.trees.variants); "": Marlin's
     tools: dict[str, str] = field(default_factory=dict)
@@ -70,6 +71,7 @@ FIELDS = {
     "ignored_patch_paths": Opt(ListOf(STRING)),
     "overlaid_files": Opt(ListOf(STRING)),
     "refs": Opt(MapOf(Opt(OneOf((STRING, ListOf(STRING)))))),
+    "overlay": Opt({"repo": STRING, "commit": STRING, "subject": STRING, "status": STRING}),
     "contract": Opt({"path": STRING, "sha256": STRING}),
     "entry_module": Opt(STRING),
     "tools": Opt(MapOf(STRING)),

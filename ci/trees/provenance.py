@@ -49,6 +49,9 @@ def side_identity(results, side: str) -> dict[str, str]:
     vllm = results.provenance.get("vllm")
     vllm = vllm if isinstance(vllm, dict) else {}
     found = {"vLLM": str(vllm["version"])} if "version" in vllm else {}
+    commit = side_commit(vllm, side)
+    if commit:
+        found["commit"] = commit
     if side == "candidate" and "patch_sha256" in vllm:
         if results.settings.get("aa"):
             inject = results.settings.get("inject_slowdown") or results.settings.get("inject_sleep_us")
@@ -56,6 +59,26 @@ def side_identity(results, side: str) -> dict[str, str]:
         else:
             found["change"] = f"{vllm.get('patch', 'a patch')} (sha256 {str(vllm['patch_sha256'])[:12]})"
     return found
+
+
+def published_side(results) -> str:
+    """The side of a run that is vLLM as published: the candidate when the change was reverse-applied (the
+    release holds it, so the base is the release without it), else the base."""
+    vllm = results.provenance.get("vllm")
+    return "candidate" if isinstance(vllm, dict) and vllm.get("reverse") is True else "base"
+
+
+def side_commit(vllm: dict, side: str) -> str:
+    """The vLLM commit a side's Python files came from, as ``sha12 subject``: in branch mode the merge-base (base)
+    or the head (candidate); with a ``--vllm-src`` checkout its commit (the candidate adds the change to it)."""
+    refs, overlay = vllm.get("refs"), vllm.get("overlay")
+    if isinstance(refs, dict):
+        sha = refs.get("merge_base" if side == "base" else "head_sha")
+        return str(sha)[:12] if sha else ""
+    if isinstance(overlay, dict) and overlay.get("commit"):
+        dirty = " + uncommitted changes" if overlay.get("status") != "clean" else ""
+        return f"{str(overlay['commit'])[:12]} {overlay.get('subject', '')}".rstrip() + dirty
+    return ""
 
 
 def change_line(trees: Trees) -> str:
@@ -102,6 +125,8 @@ def collect(trees: Trees | None = None, *, with_cuda: bool = False) -> dict:
             "patch": m.patch_path,
             "patch_sha256": m.patch_sha256,
             "reverse": m.reverse,
+            "refs": m.refs,
+            "overlay": m.overlay,
             "changed_files": [c.__dict__ for c in m.changed_files],
             "contract": m.contract,  # None: no rule of the change was checked (ci.trees.contracts.NO_CONTRACT)
             "manifest_created_at": m.created_at,

@@ -11,7 +11,7 @@ from ci.core.errors import DataError, UsageError
 from ci.core.schema import BOOLEAN, POSITIVE, STRING, ListOf, MapOf, Opt
 from ci.core.subjects import Annotation, Subject, register
 from ci.host import outputs
-from ci.trees.provenance import side_identity
+from ci.trees.provenance import published_side, side_identity
 from ci.trees.variants import SUBJECT_TESTS
 from ci.triton_moe.bench import ENTRY, KIND, MIN_CAPTURES
 
@@ -113,6 +113,7 @@ SUBJECT = register(
     Subject(
         kind=KIND,
         identity=side_identity,
+        published_side=published_side,
         schema=SCHEMA,
         expected_cases=expected_cases,
         min_captures=lambda results: MIN_CAPTURES,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,30 @@ def test_overlay_copies_changed_python_files(tmp_path, patch_file):
     trees = build.build_trees(opts, release=make_release(tmp_path / "rel"))
     assert trees.manifest.overlaid_files == (MOD,)
     assert "LIMIT = 5" in (trees.base / MOD).read_text() and "m // 2" in (trees.candidate / MOD).read_text()
+    assert trees.manifest.overlay is None  # not a git checkout: no commit to name
+
+
+def test_an_overlay_from_a_git_checkout_names_its_commit(tmp_path, patch_file):
+    """A nightly run of a vLLM commit (--vllm-src CHECKOUT) records which commit it timed."""
+    import subprocess
+
+    checkout = tmp_path / "checkout"
+    (checkout / "vllm" / "layers").mkdir(parents=True)
+    (checkout / MOD).write_text(BEFORE.replace("LIMIT = 3", "LIMIT = 5"))
+    (checkout / "vllm" / "__init__.py").write_text("")
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "Raise the limit"]):
+        subprocess.run(["git", "-C", str(checkout), *argv], check=True, env={**env, "PATH": "/usr/bin:/bin"})
+    sha = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    opts = build.BuildOptions(patch=patch_file, out=tmp_path / "out", vllm_src=checkout)
+    trees = build.build_trees(opts, release=make_release(tmp_path / "rel"))
+    assert trees.manifest.overlay == {
+        "repo": str(checkout), "commit": sha.strip(), "subject": "Raise the limit", "status": "clean"
+    }
+    assert tree_manifest.load_trees(trees.manifest_path).manifest.overlay == trees.manifest.overlay
+    (checkout / MOD).write_text(BEFORE)
+    again = build.build_trees(replace(opts, out=tmp_path / "out2"), release=make_release(tmp_path / "rel2"))
+    assert again.manifest.overlay["status"] == "uncommitted changes"
 
 
 def test_load_trees_refuses_corrupt_and_foreign_files(tmp_path):

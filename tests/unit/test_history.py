@@ -138,3 +138,26 @@ def test_plot_draws_the_series_and_never_replaces_a_file(tmp_path):
         history.main(["plot", *where, "--out", str(png)], detector=lambda xs: [])
     with pytest.raises(UsageError, match="nothing drawn"):
         history.main(["plot", *where, "--case", "nothing*", "--out", str(tmp_path / "b.png")], detector=lambda xs: [])
+
+
+def test_a_release_that_holds_the_change_is_followed_on_its_published_side(tmp_path):
+    """A nightly run of a release that holds the change under test reverse-applies it: its base is the release
+    without the change, and the series follows the candidate, the release as published."""
+    root = tmp_path / "history"
+    for night, (version, reverse) in enumerate((("0.25.0", False), ("0.25.1", False), ("0.26.0", True))):
+        results = kernel_results("quick", seed=night, ratio=0.5 if reverse else 1.0)
+        results.provenance["time"] = f"2026-11-{night + 1:02d}T00:00:00+00:00"
+        results.provenance["vllm"] = {"version": version, "reverse": reverse, "patch_sha256": "ab" * 32}
+        history.add(saved(results, tmp_path / f"n{night}.json"), root)
+    data = history.load_history(next(root.rglob("*.json")))
+    assert [e["published"] for e in data["entries"]] == ["base", "base", "candidate"]
+    case_id = next(iter(data["entries"][0]["cases"]))
+    values = [v for _, v in history.series(data, case_id)]
+    assert values[2] == pytest.approx(0.5 * values[1], rel=0.05)  # the candidate side, half the base's time
+    shown = history.show(data, case_id)
+    assert "| candidate: change a patch (sha256 abababababab); vLLM 0.26.0 |" in shown
+    assert "| base: vLLM 0.25.1 |" in shown
+    legacy = {k: v for k, v in data["entries"][0].items() if k != "published"}
+    assert history.published(legacy) == "base"  # entries written before the field followed the base
+    with pytest.raises(DataError, match="'published' side is 'both'"):
+        history.published({**legacy, "published": "both"})

@@ -301,6 +301,27 @@ def test_the_identity_of_an_aa_runs_candidate_is_the_base_build():
     assert side_identity(run, "candidate")["change"] == "none: the base build (A/A run, slowed by 0.035)"
 
 
+
+def test_a_side_names_the_vllm_commit_it_timed():
+    """Branch mode: the base is the merge-base, the candidate the head; an overlay: the checkout's commit."""
+    from ci.trees.provenance import published_side, side_identity
+
+    run = kernel_results()
+    run.provenance["vllm"] = {"version": "0.25.1", "refs": {"merge_base": "a" * 40, "head_sha": "b" * 40}}
+    assert side_identity(run, "base") == {"vLLM": "0.25.1", "commit": "a" * 12}
+    assert side_identity(run, "candidate") == {"vLLM": "0.25.1", "commit": "b" * 12}
+    overlay = {"repo": "r", "commit": "c" * 40, "subject": "[Perf] tile", "status": "clean"}
+    run.provenance["vllm"] = {"version": "0.25.1", "overlay": overlay, "reverse": False}
+    assert side_identity(run, "base")["commit"] == "c" * 12 + " [Perf] tile"
+    run.provenance["vllm"]["overlay"] = {**overlay, "status": "uncommitted changes"}
+    assert side_identity(run, "base")["commit"].endswith("[Perf] tile + uncommitted changes")
+    assert published_side(run) == "base"
+    run.provenance["vllm"]["reverse"] = True
+    assert published_side(run) == "candidate"
+    run.provenance["vllm"] = "not a record"
+    assert published_side(run) == "base" and side_identity(run, "base") == {}
+
+
 def test_record_refuses_a_run_that_did_not_pass_unless_told_why(tmp_path, capsys):
     """Item 5: `baselines record` stored the candidate of a FAIL run."""
     failing = saved(make_results({"a": 1.10, "b": 1.0}), tmp_path / "fail.json")

@@ -5,10 +5,12 @@ interpreter's own packages are used (offline GPU hosts, with `--vllm installed`)
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import logging
 import os
 import re
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -470,6 +472,22 @@ def bisect(session: nox.Session) -> None:
     _stage(session, _python(session), "-m", "ci.runner.bisect", *argv, "--out", out, *args.rest)
 
 
+@nox.session(default=False)
+def nightly(session: nox.Session) -> None:
+    """One night of the GPU history: add a run, find change points, bisect new ones (docs/history.md).
+
+    `-- --results FILE [--vllm-src CHECKOUT] [--history DIR] [--vllm R]`: the run is `nox -s bench`'s, timed
+    first; this session needs no GPU (Apache Otava, requirements/changepoints.txt), its bisects run through
+    `nox -s bisect -- --vllm R` (default 0.25.1), which does."""
+    _requirements(session, "changepoints")
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--vllm", default="0.25.1")
+    known, rest = parser.parse_known_args(session.posargs)
+    bisect = shlex.join([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", "bisect", "--"])
+    bisect += f" --vllm {shlex.quote(known.vllm)}"
+    _stage(session, _python(session), "-m", "ci.runner.nightly", "--bisect-command", bisect, *rest)
+
+
 @nox.session(python=False, default=False)
 def tile_oracle(session: nox.Session) -> None:
     """The tile sweep's analysis: regret of each rule and the fitted rule (`-- --sweep FILE[.gz] --out DIR`)."""
@@ -589,12 +607,12 @@ def mutation(session: nox.Session) -> None:
 def lock(session: nox.Session) -> None:
     """Hash locks for the GPU workflows (uv pip compile): requirements/*.lock and gpu-vllm-<release>.lock.
 
-    ci.lock, test.lock, mutation.lock, and gpu-vllm-<release>.lock (that vLLM, its dependencies and the test
+    ci.lock, test.lock, mutation.lock, changepoints.lock, and gpu-vllm-<release>.lock (that vLLM, its dependencies and the test
     tools, CPython 3.12 on x86-64 Linux)."""
     args = parse_session_args(session.posargs)
     _install(session, "-r", "requirements/lock-tools.txt")
     uv = ["uv", "pip", "compile", "--generate-hashes", "--no-header", "--quiet"]
-    for name, python in (("ci", "3.10"), ("test", "3.11"), ("mutation", "3.11")):
+    for name, python in (("ci", "3.10"), ("test", "3.11"), ("mutation", "3.11"), ("changepoints", "3.11")):
         req = f"requirements/{name}.txt"
         session.run(*uv, "--universal", "--python-version", python, req, "-o", f"requirements/{name}.lock")
     # numpy comes from vLLM's own constraint (0.25.1 needs numpy < 2.4; the CPU tier pins 2.4.6)

@@ -1,0 +1,150 @@
+"""The nightly job (ci.runner.nightly): a night timed, added to the history, its new change points bisected, and
+the issue text written; the build, the bench and the bisect stood in for, the history and its rules real."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ci.core import bisect as bisect_core
+from ci.core import history
+from ci.core.errors import ExitCode, UsageError
+from ci.runner import nightly
+from tests.unit.factories import kernel_results, saved
+from tests.unit.test_bisect import git
+
+
+def step_detector(xs):
+    """Sees a step where a night is 3% slower than the one before (Otava's job in the real run)."""
+    return [i for i in range(1, len(xs)) if xs[i] > 1.03 * xs[i - 1]]
+
+
+def chain(tmp_path: Path, n: int) -> tuple[Path, list[str]]:
+    repo = tmp_path / "vllm-main"
+    (repo / "vllm").mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    shas = []
+    for i in range(n):
+        (repo / "vllm" / "speed.py").write_text(f"COMMIT = {i}\n")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", f"commit {i}")
+        shas.append(git(repo, "rev-parse", "HEAD").strip())
+    return repo, shas
+
+
+def night_run(tmp_path: Path, repo: Path, night: int, level: float) -> Path:
+    """The bench's results of one night: the checkout's current commit, its base side ``level`` times slower."""
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    results = kernel_results("quick", seed=night, captures=30)
+    for case in results.cases:
+        case.samples["base"] = [x * level for x in case.samples["base"]]
+    results.provenance["time"] = f"2026-11-{night + 1:02d}T00:00:00+00:00"
+    overlay = {"repo": str(repo), "commit": sha, "subject": f"commit {night}", "status": "clean"}
+    results.provenance["vllm"] = {"version": "0.25.1", "overlay": overlay, "reverse": False}
+    return saved(results, tmp_path / f"night-{night}.json")
+
+
+class Bisect:
+    """The bisect stage stood in for: a report and the exit code it is given."""
+
+    def __init__(self, code: int = 1):
+        self.code = code
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str]) -> int:
+        self.calls.append(argv)
+        out = Path(argv[argv.index("--out") + 1])
+        out.mkdir(parents=True)
+        (out / "bisect.md").write_text("### Bisect: first slow build: the stand-in's\n")
+        if self.code == 1:
+            bad = argv[argv.index("--bad") + 1]
+            payload = {"kind": "gate-bisect", "schema_version": 1, "first_bad": bad + "0" * 28}
+            (out / "bisect.json").write_text(json.dumps(payload))
+        return self.code
+
+
+def run_nights(tmp_path: Path, levels: list[float], code: int = 1) -> tuple[list, list[str], Path]:
+    repo, shas = chain(tmp_path, len(levels))
+    nights = []
+    for i, level in enumerate(levels):
+        git(repo, "checkout", "-q", shas[i])
+        run, bisect = night_run(tmp_path, repo, i, level), Bisect(code)
+        argv = ["--results", str(run), "--vllm-src", str(repo), "--history", str(tmp_path / "history")]
+        bisect.exit = nightly.main([*argv, "--out", str(tmp_path / f"n{i}")], run=bisect, detector=step_detector)
+        nights.append(bisect)
+    return nights, shas, tmp_path / "history"
+
+
+def test_a_step_is_bisected_between_the_commits_either_side_and_alerts(tmp_path):
+    nights, shas, _ = run_nights(tmp_path, [1.0] * 6 + [1.06] * 2)
+    assert [n.exit for n in nights[:6]] == [0] * 6 and not any(n.calls for n in nights[:6])
+    alert = nights[6]
+    assert alert.exit == ExitCode.FAILED
+    (bisect,) = alert.calls
+    assert bisect[2] == "ci.runner.bisect" and bisect[bisect.index("--suite") + 1] == "quick"
+    assert bisect[bisect.index("--good") + 1] == shas[5][:12] and bisect[bisect.index("--bad") + 1] == shas[6][:12]
+    cases = bisect[bisect.index("--cases") + 1].split(",")
+    assert len(cases) == len(kernel_results("quick").cases)  # every case moved
+    text = (tmp_path / "n6" / nightly.MD_NAME).read_text()
+    machine = json.loads((tmp_path / "n6" / nightly.JSON_NAME).read_text())["night"]["machine"]
+    title = f"{nightly.TITLE} on {machine}: vLLM commit {shas[6][:12]} ({len(cases)} case(s))"
+    assert text.startswith(title + "\n\n") and "the stand-in's" in text and "commit 6" in text
+    payload = json.loads((tmp_path / "n6" / nightly.JSON_NAME).read_text())
+    assert payload["bisects"][0]["status"] == bisect_core.FOUND and payload["night"]["runs"] == 7
+    # the next night still sees the step among the last 3 runs and bisects it again; a later one does not
+    assert nights[7].exit == ExitCode.FAILED
+    quiet, _, _ = run_nights(tmp_path / "later", [1.0] * 6 + [1.06] * 5)
+    assert quiet[-1].exit == 0 and not quiet[-1].calls
+
+
+def test_an_undecided_or_unconfirmed_bisect_is_not_an_alert(tmp_path):
+    nights, _, _ = run_nights(tmp_path, [1.0] * 6 + [1.06], code=int(ExitCode.INCONCLUSIVE))
+    assert nights[-1].exit == ExitCode.INCONCLUSIVE
+    text = (tmp_path / "n6" / nightly.MD_NAME).read_text()
+    assert text.startswith("Nightly GPU history: no confirmed slowdown") and "undecided" in text
+    calm, _, _ = run_nights(tmp_path / "calm", [1.0] * 6 + [1.06], code=0)
+    assert calm[-1].exit == 0
+
+
+def test_a_bisect_that_cannot_run_is_reported_and_its_code_kept(tmp_path):
+    nights, _, root = run_nights(tmp_path, [1.0] * 6 + [1.06], code=int(ExitCode.NO_GPU))
+    assert nights[-1].exit == ExitCode.NO_GPU
+    assert "stopped (exit 6)" in (tmp_path / "n6" / nightly.MD_NAME).read_text()
+    assert len(history.load_history(next(root.rglob("*.json")))["entries"]) == 7  # the night is in the history
+
+
+def test_a_quiet_history_alerts_nothing(tmp_path):
+    nights, _, _ = run_nights(tmp_path, [1.0] * 7)
+    assert [n.exit for n in nights] == [0] * 7 and not any(n.calls for n in nights)
+    assert "No new candidate" in (tmp_path / "n6" / nightly.MD_NAME).read_text()
+
+
+def test_releases_are_listed_not_bisected_and_a_finished_run_can_be_added(tmp_path):
+    root = tmp_path / "history"
+    for i in range(7):
+        results = kernel_results("quick", seed=i, captures=30)
+        for case in results.cases:
+            case.samples["base"] = [x * (1.06 if i == 6 else 1.0) for x in case.samples["base"]]
+        results.provenance["time"] = f"2026-11-{i + 1:02d}T00:00:00+00:00"
+        results.provenance["vllm"] = {"version": f"0.{20 + i}.0"}
+        run = saved(results, tmp_path / f"r{i}.json")
+        stages: list = []
+        argv = ["--results", str(run), "--history", str(root), "--out", str(tmp_path / f"o{i}")]
+        code = nightly.main(argv, run=stages.append, detector=step_detector)
+        assert code == 0 and stages == []  # nothing timed, nothing bisected
+    text = (tmp_path / "o6" / nightly.MD_NAME).read_text()
+    assert "between vLLM 0.25.0 and vLLM 0.26.0 the compiled code may differ" in text
+    assert "nox -s gpu_gate -- --vllm installed" in text
+
+
+def test_bad_input_is_refused_with_the_fix(tmp_path):
+    run = saved(kernel_results("quick"), tmp_path / "r.json")
+    with pytest.raises(UsageError, match="a 'kernel-bench' run, not 'triton-moe-bench'"):
+        nightly.main(["--results", str(run), "--subject", "triton-moe-bench", "--out", str(tmp_path / "o")])
+    with pytest.raises(UsageError, match="--recent 0"):
+        nightly.main(["--results", str(run), "--recent", "0", "--out", str(tmp_path / "o")])
+    with pytest.raises(UsageError, match="not a git checkout"):
+        nightly.main(["--results", str(run), "--vllm-src", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()

@@ -13,6 +13,9 @@ Three runs, each checked from act's log:
    still points there and checks out that commit (not the branch by name).
 5. The same with a SHA the branch no longer points at: UNTRUSTED, and no code of the branch is
    checked out.
+6. ``gpu-nightly.yml``, its CPU path: a finished kernel-bench run (committed, from an H100) is tonight's
+   run and an empty folder the history so far; the job adds the run to the history, finds no change point
+   (one run), writes the issue text and uploads the history; no vLLM checkout, no GPU, no issue.
 
 Usage: ``python tests/act_scenarios.py ACT_ARGS...`` (nox -s act_gpu passes act's stand-in options).
 """
@@ -33,6 +36,7 @@ STUB = ROOT / ".github" / "act-standins" / "github-api.py"
 PR = 7
 NO_GPU = "title=NO_GPU::GPU gate: NO_GPU (exit 6)"
 BRANCH = "feature"
+NIGHT_RUN = ROOT / "reports" / "nvidia-h100-x1" / "gpu-gate" / "marlin-quick" / "bench" / "kernel-results.json"
 
 
 def _free_port() -> int:
@@ -131,6 +135,18 @@ def main(act: list[str]) -> int:
             and f"points at {sha}, not the reviewed {'0' * 40}" in text
             and "checkout stand-in: vllm-src" not in text,
             "the job stopped with UNTRUSTED before any code of the branch was checked out",
+        )
+        empty = Path(tempfile.mkdtemp(prefix="act-nightly-history-"))
+        night = {**env, "GATE_NIGHTLY_RESULTS": str(NIGHT_RUN), "GATE_NIGHTLY_HISTORY": str(empty)}
+        code, text = _run(act, ".github/workflows/gpu-nightly.yml", {}, night, logs / "6-nightly.log")
+        expect(
+            "nightly CPU path",
+            code == 0
+            and f"nightly: added {NIGHT_RUN}" in text
+            and "No new candidate change point" in text
+            and "artifact gate-history would hold:" in text
+            and "act: the issue this run would open" not in text,
+            "the run went into the history, no change point was found, the history was uploaded, no issue",
         )
     finally:
         stub.terminate()

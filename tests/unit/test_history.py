@@ -115,6 +115,8 @@ def test_detect_names_the_runs_either_side_of_a_step_and_the_bisect_that_confirm
     assert "(vLLM 0.25.5) | 2026-11-07T00:00:00+00:00 (vLLM 0.25.6) |" in text and f"| {first['size']:+.1%} |" in text
     assert history.detect_markdown([]).startswith("no candidate change point")
     assert history.candidates({"entries": data["entries"][:5]}, detector) == []  # too few runs: nothing looked for
+    six = history.candidates({"entries": data["entries"][:5] + data["entries"][6:7]}, detector, "deepseek-v3/ep8/*")
+    assert six and {c["index"] for c in six} == {5}  # MIN_RUNS runs are enough
     machine = path.relative_to(root).parts[0]
     where = ["--machine", machine, "--kind", "kernel-bench", "--suite", "quick", "--dir", str(root)]
     assert history.main(["detect", *where], detector=detector) == 1

@@ -148,3 +148,20 @@ def test_bad_input_is_refused_with_the_fix(tmp_path):
     with pytest.raises(UsageError, match="not a git checkout"):
         nightly.main(["--results", str(run), "--vllm-src", str(tmp_path), "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
+
+
+def test_only_candidates_between_two_commits_of_one_release_are_bisected():
+    def cand(case, good, bad):
+        return {"case": case, "good": {"build": good}, "bad": {"build": bad}}
+
+    a = {"vLLM": "0.25.1", "commit": "aaaaaaaaaaaa [Perf] one"}
+    b = {"vLLM": "0.25.1", "commit": "bbbbbbbbbbbb two"}
+    found = [
+        cand("x", a, b),
+        cand("y", a, b),
+        cand("release-to-commit", {"vLLM": "0.25.1"}, b),
+        cand("commit-to-release", a, {"vLLM": "0.25.1"}),
+        cand("two-releases", {"vLLM": "0.25.1", "commit": "c" * 12}, {"vLLM": "0.26.0", "commit": "d" * 12}),
+    ]
+    assert nightly.bisect_pairs(found) == {("aaaaaaaaaaaa", "bbbbbbbbbbbb"): ["x", "y"]}
+    assert nightly.commit_of({"commit": "abc def ghi"}) == "abc" and nightly.commit_of({"vLLM": "0.25.1"}) == ""

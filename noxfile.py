@@ -607,8 +607,8 @@ def mutation(session: nox.Session) -> None:
 def lock(session: nox.Session) -> None:
     """Hash locks for the GPU workflows (uv pip compile): requirements/*.lock and gpu-vllm-<release>.lock.
 
-    ci.lock, test.lock, mutation.lock, changepoints.lock, and gpu-vllm-<release>.lock (that vLLM, its dependencies and the test
-    tools, CPython 3.12 on x86-64 Linux)."""
+    ci.lock, test.lock, mutation.lock, changepoints.lock, and gpu-vllm-<release>.lock (that vLLM, its dependencies
+    and the test tools, CPython 3.12 on x86-64 Linux)."""
     args = parse_session_args(session.posargs)
     _install(session, "-r", "requirements/lock-tools.txt")
     uv = ["uv", "pip", "compile", "--generate-hashes", "--no-header", "--quiet"]

@@ -18,6 +18,7 @@ ERROR_RATES = "error-rates"  # ci.kernel.error_rates: a folder (its runs and err
 SUITE_JUNIT = "junit.xml"  # the GPU suite (pytest)
 SUITE_SUMMARY = "summary.json"  # the GPU suite's summary (tests/conftest.py, --gate-summary)
 VERDICT = ("verdict.json", "report.md", "plot.png")  # ci.core.compare.OUTPUT_FILES, in its --out folder
+NIGHTLY = ("nightly.json", "nightly.md")  # ci.runner.nightly: the night's record and the issue text
 WRITERS = {
     KERNEL_RESULTS: "nox -s bench",
     TPOT_RESULTS: "nox -s tpot",

@@ -34,12 +34,13 @@ from ci.core.cli import run_main
 from ci.core.errors import ExitCode, UsageError
 from ci.core.jsonio import check_own_report, read_json, write_report
 from ci.core.results import load_results
+from ci.host import outputs
 from ci.runner import bisect as bisect_runner
 from ci.runner.stages import run_stage
 
 ROOT = Path(__file__).resolve().parents[2]
 KIND, SCHEMA_VERSION = "gate-nightly", 1
-JSON_NAME, MD_NAME = "nightly.json", "nightly.md"
+JSON_NAME, MD_NAME = outputs.NIGHTLY
 TITLE = "Nightly GPU history: a confirmed slowdown"
 RECENT = 3  # a candidate whose first slow run is one of the last RECENT runs is new (Otava may move it a run)
 BISECT_CODES = {code: status for status, code in bisect_runner.CODES.items()}  # a bisect's exit code: its status

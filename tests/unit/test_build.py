@@ -143,7 +143,10 @@ def test_an_overlay_from_a_git_checkout_names_its_commit(tmp_path, patch_file):
     opts = build.BuildOptions(patch=patch_file, out=tmp_path / "out", vllm_src=checkout)
     trees = build.build_trees(opts, release=make_release(tmp_path / "rel"))
     assert trees.manifest.overlay == {
-        "repo": str(checkout), "commit": sha.strip(), "subject": "Raise the limit", "status": "clean"
+        "repo": str(checkout),
+        "commit": sha.strip(),
+        "subject": "Raise the limit",
+        "status": "clean",
     }
     assert tree_manifest.load_trees(trees.manifest_path).manifest.overlay == trees.manifest.overlay
     (checkout / MOD).write_text(BEFORE)

@@ -301,7 +301,6 @@ def test_the_identity_of_an_aa_runs_candidate_is_the_base_build():
     assert side_identity(run, "candidate")["change"] == "none: the base build (A/A run, slowed by 0.035)"
 
 
-
 def test_a_side_names_the_vllm_commit_it_timed():
     """Branch mode: the base is the merge-base, the candidate the head; an overlay: the checkout's commit."""
     from ci.trees.provenance import published_side, side_identity

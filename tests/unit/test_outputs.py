@@ -13,7 +13,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_workflows_read_the_stages_outputs_by_their_names():
     """Every `.gate/out/...` file a workflow names is one a stage writes under that name."""
-    names = {outputs.KERNEL_RESULTS, outputs.TPOT_RESULTS, outputs.SUITE_JUNIT, outputs.SUITE_SUMMARY, *outputs.VERDICT}
+    names = {
+        outputs.KERNEL_RESULTS,
+        outputs.TPOT_RESULTS,
+        outputs.SUITE_JUNIT,
+        outputs.SUITE_SUMMARY,
+        *outputs.VERDICT,
+        *outputs.NIGHTLY,
+    }
     found = []
     for yml in sorted((ROOT / ".github").rglob("*.yml")):
         for path in re.findall(r"\.gate/out/[\w./-]+\.(?:json|xml|md|png)", yml.read_text()):

@@ -70,11 +70,17 @@ def _case_set_problems(results: BenchResults, subject: subjects.Subject) -> list
 
 
 def run_problems(
-    results: BenchResults, *, sides: tuple[str, ...] = ("base", "candidate"), design_floors: bool = True
+    results: BenchResults,
+    *,
+    sides: tuple[str, ...] = ("base", "candidate"),
+    design_floors: bool = True,
+    case_set: bool = True,
 ) -> list[str]:
     """What is missing from one run, judged on ``sides``. ``design_floors=False`` leaves out the subject's
     floors of samples and captures (its suite's design today, e.g. a profile's launch pairs), keeping the
-    core's: for pooling finished runs of an earlier design (ci.core.resample), never for a verdict."""
+    core's: for pooling finished runs of an earlier design (ci.core.resample), never for a verdict.
+    ``case_set=False`` leaves out the check that the run holds exactly the cases its suite has today (a run of
+    an earlier version of the suite: the history keys its series by the suite's version), never for a verdict."""
     problems: list[str] = []
     subject = subjects.subject_of(results.kind)
     if not results.cases and not failed_cases(results):
@@ -87,7 +93,8 @@ def run_problems(
             + (f", {done} rounds done" if done is not None else "")
             + "): re-run it, or rebuild it from its folder only to look at it"
         )
-    problems += _case_set_problems(results, subject)
+    if case_set:
+        problems += _case_set_problems(results, subject)
     floor, least_captures = MIN_SAMPLES, 1
     try:
         if design_floors:
@@ -139,9 +146,10 @@ def baseline_problems(results: BenchResults, baseline: BenchResults, side: str) 
     return problems
 
 
-def record_problems(results: BenchResults) -> list[str]:
-    """What keeps a run from becoming a baseline: the rules of a verdict, and none of its cases failed."""
-    problems = run_problems(results)
+def record_problems(results: BenchResults, *, case_set: bool = True) -> list[str]:
+    """What keeps a run from becoming a baseline (or a history entry): the rules of a verdict, and none of its
+    cases failed. ``case_set=False``: as ``run_problems``, for the history only."""
+    problems = run_problems(results, case_set=case_set)
     failed = failed_cases(results)
     if failed:
         problems.append(f"{len(failed)} case(s) failed in the run: {shown(failed)}")

@@ -6,9 +6,12 @@ Layout, in the manner of asv (results keyed by machine, environment and commit):
 versioned JSON file (:data:`KIND`, :data:`SCHEMA_VERSION`) written atomically. An entry holds what identifies the
 run (its results file's sha256, time, the project's commit and command), the builds of both sides as their
 subject says (``identity``: the release or commit under test, the change), and per case the median time of each
-side, the A/B ratio with its interval over captures, and the captures. Only a run with complete evidence
-(``ci.core.evidence``) is added; a results file already in the history is refused (exit 2), so a re-run of the
-nightly job adds nothing twice. Nothing is ever removed by this module.
+side, the A/B ratio with its interval over captures, and the captures; which side is the software as published
+(the series follows it), and the version of the suite the run held (its case ids' digest, and whether they are
+the suite's cases today). Only a run with complete evidence (``ci.core.evidence``) is added, complete for the
+version of its suite it ran (a run of a suite that has grown since is added; a run of a subset, one that did
+not finish, or one with a failed case is not); a results file already in the history is refused (exit 2), so a
+re-run of the nightly job adds nothing twice. Nothing is ever removed by this module.
 
 CLI (``nox -s history -- ...``): ``add RESULTS [--dir history]``; ``show``, ``detect`` and ``plot``, each with
 ``--machine M --kind K --suite S [--case GLOB] [--dir history]``. ``detect`` lists the *candidate* change points
@@ -22,13 +25,14 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import hashlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ci.core import baselines, evidence, stats, subjects
 from ci.core.cli import run_main
-from ci.core.errors import DataError, ExitCode, IncompleteEvidenceError, UsageError
+from ci.core.errors import DataError, ExitCode, GateError, IncompleteEvidenceError, UsageError
 from ci.core.jsonio import read_json, sha256_file, write_json
 from ci.core.results import BenchResults, load_results
 
@@ -79,10 +83,24 @@ def case_summary(case) -> dict:
     }
 
 
+def suite_version(results: BenchResults, results_path: Path) -> dict:
+    """The version of the suite a run holds: its case ids (a digest of them), and whether they are the suite's
+    cases today. A run of an earlier version (a suite that has grown since) is complete for the suite it ran, and
+    each case's series takes it (a case id names the same case in every version)."""
+    ids = sorted(c.id for c in results.cases)
+    try:
+        now = sorted(subjects.subject_of(results.kind).expected_cases(results))
+    except GateError as exc:
+        raise IncompleteEvidenceError(f"{results_path}: not added to the history: {exc}") from None
+    digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:12]
+    return {"cases": len(ids), "version": digest, "as_now": ids == now}
+
+
 def entry_of(results: BenchResults, results_path: Path) -> dict:
     subject = subjects.subject_of(results.kind)
     prov = results.provenance
     return {
+        "suite": suite_version(results, results_path),
         "run": {
             "sha256": sha256_file(results_path),
             "time": prov.get("time", ""),
@@ -98,7 +116,7 @@ def entry_of(results: BenchResults, results_path: Path) -> dict:
 def add(results_path: Path, root: Path = DEFAULT_DIR) -> Path:
     """Add a complete run to its series; refuse an incomplete one, and one already added."""
     results = load_results(results_path)
-    problems = evidence.record_problems(results)
+    problems = evidence.record_problems(results, case_set=False)  # the suite's version is the entry's own
     if problems:
         raise IncompleteEvidenceError(
             f"{results_path}: not added to the history: its evidence is incomplete ({'; '.join(problems[:3])}); "
@@ -225,12 +243,15 @@ def plot(history: dict, out: Path, found: Sequence[dict] = (), pattern: str = "*
     if not series:
         raise UsageError(f"no case of the history matches {pattern!r}; nothing drawn")
     fig, axes = plt.subplots(len(series), 1, figsize=(9, 2.2 * len(series)), squeeze=False)
+    run_of = {id(e): i for i, e in enumerate(history["entries"])}  # every case on the history's run axis
     for ax, (cid, entries) in zip(axes[:, 0], series.items(), strict=True):
-        xs = [value(e, cid) for e in entries]
-        ax.plot(range(len(xs)), xs, marker="o", markersize=3)
+        at = [run_of[id(e)] for e in entries]
+        ax.plot(at, [value(e, cid) for e in entries], marker="o", markersize=3)
+        ax.set_xlim(-0.5, len(history["entries"]) - 0.5)
         for c in found:
             if c["case"] == cid:
-                ax.axvline(c["index"] - 0.5, color="red", linestyle="--", label=f"candidate {c['size']:+.1%}")
+                where = (at[c["index"] - 1] + at[c["index"]]) / 2
+                ax.axvline(where, color="red", linestyle="--", label=f"candidate {c['size']:+.1%}")
         ax.set_title(cid, fontsize=8)
         ax.set_ylabel(entries[0]["cases"][cid]["unit"], fontsize=8)
         if any(c["case"] == cid for c in found):

@@ -34,6 +34,13 @@ def test_evidence_messages(tmp_path):
         "7 of the 8 cases of suite 'unit' are missing: b, c, d, e, f and 2 more",
         "1 cases are not in suite 'unit' as the gate defines it: z",
     ]
+    # a run of an earlier version of its suite: the history takes it (its series are per case), a verdict never
+    assert evidence.run_problems(r, case_set=False) == []
+    assert evidence.record_problems(r, case_set=False) == [] and len(evidence.record_problems(r)) == 2
+    r.settings["case_filter"] = "a*"
+    assert evidence.record_problems(r, case_set=False) == [
+        "the run measured only the cases matching 'a*': a subset cannot stand for its suite"
+    ]
 
 
 def test_sample_floor_is_exactly_min_samples():

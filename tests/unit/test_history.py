@@ -163,3 +163,25 @@ def test_a_release_that_holds_the_change_is_followed_on_its_published_side(tmp_p
     assert history.published(legacy) == "base"  # entries written before the field followed the base
     with pytest.raises(DataError, match="'published' side is 'both'"):
         history.published({**legacy, "published": "both"})
+
+
+def test_a_run_of_an_earlier_version_of_its_suite_is_added_with_its_version(tmp_path):
+    """A run made before the suite grew holds fewer cases than the suite has now: complete for its version."""
+    root = tmp_path / "history"
+    today = _run(tmp_path, "today", time="2026-12-03T00:00:00+00:00")
+    older = kernel_results("quick")
+    older.cases = older.cases[:9]  # the quick suite had 9 cases until 2026-12-03
+    older.provenance["time"] = "2026-12-01T00:00:00+00:00"
+    path = history.add(saved(older, tmp_path / "older.json"), root)
+    assert history.add(today, root) == path
+    first, second = history.load_history(path)["entries"]
+    assert first["suite"]["cases"] == 9 and first["suite"]["as_now"] is False
+    assert second["suite"]["cases"] == 13 and second["suite"]["as_now"] is True
+    assert first["suite"]["version"] != second["suite"]["version"] and len(first["suite"]["version"]) == 12
+    data = history.load_history(path)
+    assert len(history.series(data, older.cases[0].id)) == 2  # a case of both versions: both runs
+    assert len(history.series(data, kernel_results("quick").cases[12].id)) == 1
+    foreign = kernel_results("quick")
+    foreign.suite = "nightly-only"
+    with pytest.raises(IncompleteEvidenceError, match="not added to the history: suite 'nightly-only'"):
+        history.add(saved(foreign, tmp_path / "foreign.json"), root)

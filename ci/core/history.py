@@ -190,8 +190,8 @@ def build_text(identity: dict) -> str:
 
 
 def candidates(history: dict, detector: Callable[[list[float]], list[int]], pattern: str = "*") -> list[dict]:
-    """The candidate change points of each case's series (its published side): ``detector`` gives the indices where the
-    time goes up (``ci.core.changepoints``); each candidate names the runs either side and the step's size
+    """The candidate change points of each case's series of its published side: ``detector`` gives the indices
+    where the time goes up (``ci.core.changepoints``); each candidate names the runs either side and the step's size
     (the median of the ``SPAN`` runs after it over the median of the ``SPAN`` before)."""
     found = []
     for cid, entries in case_series(history, pattern).items():
@@ -232,8 +232,8 @@ def detect_markdown(found: Sequence[dict]) -> str:
 
 
 def plot(history: dict, out: Path, found: Sequence[dict] = (), pattern: str = "*", most: int = 12) -> int:
-    """Each case's series (its published side) (at most ``most`` cases), its candidate change points marked; returns the
-    number of cases drawn."""
+    """Each case's series of its published side (at most ``most`` cases), its candidate change points marked;
+    returns the number of cases drawn."""
     import matplotlib
 
     matplotlib.use("Agg")

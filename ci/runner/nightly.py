@@ -51,14 +51,18 @@ def commit_of(build: dict) -> str:
     return str(build.get("commit", "")).split(" ", 1)[0]
 
 
+def bisectable(candidate: dict) -> bool:
+    """Whether a candidate's two builds are commits over one release (so a bisect's trees can hold both)."""
+    good, bad = candidate["good"]["build"], candidate["bad"]["build"]
+    return bool(commit_of(good) and commit_of(bad) and good.get("vLLM") == bad.get("vLLM"))
+
+
 def bisect_pairs(found: Sequence[dict]) -> dict[tuple[str, str], list[str]]:
     """New candidates grouped by their two builds' commits (only those naming commits of one release), with
     the cases each pair moved."""
     pairs: dict[tuple[str, str], list[str]] = {}
-    for c in found:
-        good, bad = c["good"]["build"], c["bad"]["build"]
-        if commit_of(good) and commit_of(bad) and good.get("vLLM") == bad.get("vLLM"):
-            pairs.setdefault((commit_of(good), commit_of(bad)), []).append(c["case"])
+    for c in filter(bisectable, found):
+        pairs.setdefault((commit_of(c["good"]["build"]), commit_of(c["bad"]["build"])), []).append(c["case"])
     return pairs
 
 
@@ -81,11 +85,11 @@ def markdown(night: dict, found: Sequence[dict], bisects: Sequence[dict]) -> str
         lines.append(history.detect_markdown(found).rstrip())
     for b in bisects:
         lines += ["", f"#### Bisect {b['good']}..{b['bad']}: {b['status']} (exit {b['code']})", ""]
-        report = Path(b["out"]) / "bisect.md"
+        report = Path(b["out"]) / bisect_runner.MD_NAME
         lines.append(report.read_text().rstrip() if report.is_file() else f"no report: see {b['out']}")
     for c in found:
-        good, bad = c["good"]["build"], c["bad"]["build"]
-        if not (commit_of(good) and commit_of(bad) and good.get("vLLM") == bad.get("vLLM")):
+        if not bisectable(c):
+            good, bad = c["good"]["build"], c["bad"]["build"]
             lines += [
                 "",
                 f"{c['case']}: between {history.build_text(good)} and {history.build_text(bad)} the compiled code "

@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -273,10 +274,14 @@ def check(session: nox.Session) -> None:
 FOLLOWED_RELEASES = ("0.26.0", "0.33.0", "0.34.0")
 
 
+def _release_env(release: str) -> Path:
+    return ROOT / ".nox" / f"tests_release-vllm-{release}"
+
+
 def _release_python(session: nox.Session, release: str) -> str:
     """The interpreter of vLLM ``release``'s own environment (``.nox/tests_release-vllm-<release>``), made
     from this interpreter when missing: one per release, so no release's packages leak into another's."""
-    env = ROOT / ".nox" / f"tests_release-vllm-{release}"
+    env = _release_env(release)
     python = env / "bin" / "python"
     if not python.is_file():
         session.run(sys.executable, "-m", "venv", str(env))
@@ -328,7 +333,7 @@ def tests_release(session: nox.Session) -> None:
     from ci.trees.sessionargs import parse_release_args
 
     try:
-        asked, rest = parse_release_args(session.posargs, default=("newest", *FOLLOWED_RELEASES))
+        asked, rest, discard_envs = parse_release_args(session.posargs, default=("newest", *FOLLOWED_RELEASES))
     except UsageError as exc:
         session.log(f"tests_release: {exc}")
         raise SystemExit(int(exc.exit_code)) from None
@@ -352,6 +357,10 @@ def tests_release(session: nox.Session) -> None:
             codes[release] = 0
         except SystemExit as exc:  # a stage's own code (_stage): the other releases still run
             codes[release] = exc.code if isinstance(exc.code, int) else int(ExitCode.INTERNAL)
+        if discard_envs:  # only the session's own environment (.nox/tests_release-vllm-<release>), made by it
+            env = _release_env(release)
+            session.log(f"tests_release: --discard-envs: removing {env}")
+            shutil.rmtree(env, ignore_errors=True)
     session.log("tests_release: " + "; ".join(f"vLLM {r} exit {c}" for r, c in codes.items()))
     failed = [c for c in codes.values() if c]
     if failed:

@@ -6,8 +6,9 @@ commits as the gate's trees in branch mode (``ci.trees.build --vllm-src --base-r
 each commit over one release's compiled kernels, so no step compiles anything), times them with a subject's
 bench (the Marlin kernel bench by default, ``--subject triton-moe-bench``, or TPOT with ``--tpot``) and reads the
 A/B verdict. The first step judges the two ends on ``--suite`` (or ``--cases``); the steps after it time only
-the cases that FAILed there, the cases that moved. A pair whose commits hold the same ``vllm/`` is ``SAME``
-without timing. A range with a commit that changes compiled sources (``csrc/``, CMake, ``setup.py``, ``*.cu``)
+the cases that FAILed there, the cases that moved. A pair whose commits hold the same code under ``vllm/``
+(files that differ only in comments, docstrings or layout: ``ci.trees.treediff.same_code``) is ``SAME`` without
+timing. A range with a commit that changes compiled sources (``csrc/``, CMake, ``setup.py``, ``*.cu``)
 cannot be bisected this way: the run stops before any step, naming each such commit (build vLLM from source at
 both ends and use ``nox -s gpu_gate -- --vllm installed`` on each instead).
 
@@ -38,6 +39,7 @@ from ci.host import outputs
 from ci.runner.stages import run_stage
 from ci.trees.patching import PATCHED_PREFIX, is_compiled
 from ci.trees.refpatch import git_bytes, git_text, has_commit
+from ci.trees.treediff import same_code
 
 ROOT = Path(__file__).resolve().parents[2]
 KIND, SCHEMA_VERSION = "gate-bisect", 1
@@ -78,6 +80,24 @@ def commits_between(repo: Path, good: str, bad: str) -> list[str]:
 
 def changed(repo: Path, earlier: str, later: str) -> list[str]:
     return [p for p in git_text(repo, "diff", "--name-only", "--no-renames", earlier, later).splitlines() if p]
+
+
+def _blob(repo: Path, rev: str, path: str) -> bytes | None:
+    """``path`` at commit ``rev``, or None where the commit has no such file."""
+    if not git_text(repo, "ls-tree", "--name-only", rev, "--", path).strip():
+        return None
+    return git_bytes(repo, "show", f"{rev}:{path}")
+
+
+def code_changed(repo: Path, earlier: str, later: str) -> tuple[list[str], list[str]]:
+    """The files under ``vllm/`` that differ between two commits: (those whose code differs, those that
+    differ only in comments, docstrings or layout: ``ci.trees.treediff.same_code``)."""
+    code, text = [], []
+    for path in (p for p in changed(repo, earlier, later) if p.startswith(PATCHED_PREFIX)):
+        before, after = _blob(repo, earlier, path), _blob(repo, later, path)
+        same = path.endswith(".py") and before is not None and after is not None and same_code(before, after)
+        (text if same else code).append(path)
+    return code, text
 
 
 def compiled_steps(repo: Path, commits: Sequence[str]) -> list[str]:
@@ -136,8 +156,12 @@ class Stages:
 
     def judge(self, earlier: str, later: str) -> core.Step:
         started = time.time()
-        if not [p for p in changed(self.repo, earlier, later) if p.startswith(PATCHED_PREFIX)]:
-            return core.Step(earlier=earlier, later=later, verdict=core.SAME, note="no file under vllm/ differs")
+        code, text = code_changed(self.repo, earlier, later)
+        if not code:
+            note = f"no code under vllm/ differs ({', '.join(text)}: comments or docstrings)" if text else ""
+            return core.Step(
+                earlier=earlier, later=later, verdict=core.SAME, note=note or "no file under vllm/ differs"
+            )
         pair = f"{earlier[:12]}-{later[:12]}"
         trees, step = self.out / "trees" / pair, self.out / "steps" / pair
         build = [

@@ -220,7 +220,7 @@ def _build_into(
     base = base.rename(out / "base")
     candidate = candidate.rename(out / "candidate")
     changes = tuple(treediff.differences(base, candidate))
-    entry = check_changes(changes, opts.patch, candidate, (contract or {}).get("entry_module"))
+    entry = check_changes(changes, opts.patch, candidate, (contract or {}).get("entry_module"), base=base)
     manifest = TreeManifest(
         vllm_version=release.version,
         vllm_source=release.source + _overlay_label(opts),
@@ -262,7 +262,9 @@ def overlay_of(checkout: Path) -> dict | None:
     }
 
 
-def check_changes(changes: Sequence[FileChange], patch: Path, candidate: Path, entry: str | None = None) -> str:
+def check_changes(
+    changes: Sequence[FileChange], patch: Path, candidate: Path, entry: str | None = None, *, base: Path | None = None
+) -> str:
     """Refuse what the trees cannot test: a symbolic link the change puts into vLLM (it could name any file
     of the host), a change of no file's content, and a module the in-process tiers would never load from
     the candidate (``ci.trees.variants.choose_entry``: through the contract's ``ENTRY_MODULE``, or without
@@ -283,7 +285,7 @@ def check_changes(changes: Sequence[FileChange], patch: Path, candidate: Path, e
         )
     from ci.trees import variants
 
-    return variants.choose_entry(changes, candidate, source=str(patch), declared=entry)
+    return variants.choose_entry(changes, candidate, source=str(patch), declared=entry, base=base)
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> list[argparse.Action]:

@@ -12,6 +12,7 @@ import argparse
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ci.core.errors import UsageError
 from ci.trees.build import add_source_arguments
@@ -57,15 +58,23 @@ def parse_session_args(posargs: Sequence[str]) -> SessionArgs:
 RELEASE_RE = r"\d+\.\d+\.\d+(?:\.post\d+)?"  # a final release as the package index names it (0.34.0, 0.8.5.post1)
 
 
-def parse_release_args(posargs: Sequence[str], *, default: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(releases, the rest) of ``tests_release``'s options: ``--release`` takes one or more of ``newest`` (the
-    package index's newest, read at run time) and X.Y.Z releases, and may be repeated; without it, ``default``.
+class ReleaseArgs(NamedTuple):
+    releases: tuple[str, ...]
+    rest: tuple[str, ...]
+    discard_envs: bool  # remove each release's environment once its tier ran (a CI disk holds one at a time)
+
+
+def parse_release_args(posargs: Sequence[str], *, default: Sequence[str]) -> ReleaseArgs:
+    """``tests_release``'s options: ``--release`` takes one or more of ``newest`` (the package index's newest,
+    read at run time) and X.Y.Z releases, and may be repeated; without it, ``default``. ``--discard-envs``
+    removes each release's environment after its tier (each is several GB where torch is a CUDA build).
     Anything else is refused with the fix (exit 2), never taken for a release."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--release", nargs="+", action="extend")
+    parser.add_argument("--discard-envs", action="store_true")
     known, rest = parser.parse_known_args(list(posargs))
     releases = tuple(known.release or default)
     bad = [r for r in releases if r != "newest" and not re.fullmatch(RELEASE_RE, r)]
     if bad:
         raise UsageError(f"--release {' '.join(bad)}: expected 'newest' or a release such as 0.34.0")
-    return releases, tuple(rest)
+    return ReleaseArgs(releases, tuple(rest), known.discard_envs)

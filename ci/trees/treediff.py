@@ -17,6 +17,7 @@ points at (a file the builder copied out before patching it and the patch left a
 
 from __future__ import annotations
 
+import ast
 import filecmp
 import hashlib
 import os
@@ -97,3 +98,38 @@ def differences(base: Path, candidate: Path) -> list[FileChange]:
                 FileChange(path=rel, sha256_before=_sha256(b), sha256_after=_sha256(c, follow=False), what=what)
             )
     return changes
+
+
+def _code_of(source: bytes) -> str | None:
+    """The module's code as Python runs it: its syntax tree with docstrings dropped and no line numbers
+    (comments and layout are not in it). None when the file is not valid Python."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, include_attributes=False)
+
+
+def same_code(before: bytes, after: bytes) -> bool:
+    """Whether two versions of a Python module differ only in comments, docstrings and layout, which change
+    nothing vLLM runs (it runs under ``python -OO`` too, which drops docstrings). A file that is not valid
+    Python on either side is never the same code."""
+    code = _code_of(before)
+    return code is not None and code == _code_of(after)
+
+
+def code_unchanged(base: Path, candidate: Path, change: FileChange) -> bool:
+    """Whether ``change`` is a modified Python file of the same code in both trees (:func:`same_code`)."""
+    if change.what != MODIFIED or not change.path.endswith(".py"):
+        return False
+    return same_code((base / change.path).read_bytes(), (candidate / change.path).read_bytes())

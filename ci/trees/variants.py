@@ -37,7 +37,7 @@ from types import ModuleType
 
 from ci.core.errors import DataError, MissingDependencyError, PatchError, UsageError
 from ci.trees.manifest import Trees
-from ci.trees.treediff import REMOVED, FileChange, differences
+from ci.trees.treediff import REMOVED, FileChange, code_unchanged, differences
 
 ENTRY_MODULE = "vllm.model_executor.layers.fused_moe.experts.marlin_moe"
 # the entry modules of the gate's subjects (Marlin's first): a change is loaded through the one its contract
@@ -203,11 +203,16 @@ def candidate_modules(
     source: str,
     entry: str = ENTRY_MODULE,
     explain: bool = True,
+    base: Path | None = None,
 ) -> list[str]:
     """The modules to load from the candidate tree (every changed module, then the entry module), or one
-    :class:`PatchError` naming each changed file the in-process tiers could not test, and why."""
+    :class:`PatchError` naming each changed file the in-process tiers could not test, and why. With ``base``, a
+    module whose code is the same in both trees (comments, docstrings or layout only:
+    ``ci.trees.treediff.same_code``) changes nothing the candidate runs, so it is neither loaded nor refused."""
     problems, names = [], []
     for change in changes:
+        if base is not None and code_unchanged(base, candidate, change):
+            continue
         why = _not_testable(change)
         if why:
             problems.append(why)
@@ -401,25 +406,27 @@ def entry_module(trees: Trees) -> str:
     return trees.manifest.entry_module or (trees.manifest.contract or {}).get("entry_module") or ENTRY_MODULE
 
 
-def choose_entry(changes, candidate: Path, *, source: str, declared: str | None = None) -> str:
+def choose_entry(
+    changes, candidate: Path, *, source: str, declared: str | None = None, base: Path | None = None
+) -> str:
     """The entry module of a change: the one its contract declares (which must then reach every changed
     module), else the first of ``ENTRY_MODULES`` that does; else Marlin's refusal, naming each file."""
     forget_files()  # the tree on disk now, not as an earlier call in this process saw it
     if declared and declared not in ENTRY_MODULES:
         raise UsageError(f"entry module {declared!r} is not one of the gate's subjects ({', '.join(ENTRY_MODULES)})")
     if declared:
-        candidate_modules(changes, candidate, source=source, entry=declared)
+        candidate_modules(changes, candidate, source=source, entry=declared, base=base)
         return declared
     for entry in ENTRY_MODULES[1:]:  # probes: their refusals are not shown, so not explained (a search each)
         try:
-            candidate_modules(changes, candidate, source=source, entry=entry, explain=False)
+            candidate_modules(changes, candidate, source=source, entry=entry, explain=False, base=base)
         except PatchError:
             continue
         try:
-            candidate_modules(changes, candidate, source=source, entry=ENTRY_MODULE, explain=False)
+            candidate_modules(changes, candidate, source=source, entry=ENTRY_MODULE, explain=False, base=base)
         except PatchError:
             return entry
-    candidate_modules(changes, candidate, source=source, entry=ENTRY_MODULE)
+    candidate_modules(changes, candidate, source=source, entry=ENTRY_MODULE, base=base)
     return ENTRY_MODULE
 
 
@@ -451,7 +458,9 @@ def load_candidate(trees: Trees, entry: str = ENTRY_MODULE, during=None) -> Modu
             f"{', '.join(c.path for c in found) or 'nothing'}): something changed them after the build; rebuild "
             "them (nox -s build, or rerun the session)"
         )
-    names = candidate_modules(found, trees.candidate, source=str(trees.manifest.patch_path), entry=entry)
+    names = candidate_modules(
+        found, trees.candidate, source=str(trees.manifest.patch_path), entry=entry, base=trees.base
+    )
     return load_modules(trees.candidate, names, during)[entry]
 
 

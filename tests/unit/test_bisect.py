@@ -145,9 +145,16 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
 
 
-def history(tmp_path: Path, speeds: list[float], *, docs_at: int | None = None, compiled_at: int | None = None):
+def history(
+    tmp_path: Path,
+    speeds: list[float],
+    *,
+    docs_at: int | None = None,
+    compiled_at: int | None = None,
+    comment_at: int | None = None,
+):
     """A vLLM-like repository, one commit per speed (vllm/speed.py holds it); ``docs_at`` makes that commit touch
-    docs only, ``compiled_at`` a CUDA source."""
+    docs only, ``comment_at`` comments and a docstring of vllm/speed.py only, ``compiled_at`` a CUDA source."""
     repo = tmp_path / "vllm"
     (repo / "vllm").mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
@@ -155,6 +162,9 @@ def history(tmp_path: Path, speeds: list[float], *, docs_at: int | None = None, 
     for i, speed in enumerate(speeds):
         if i == docs_at:
             (repo / "README.md").write_text(f"docs {i}\n")
+        elif i == comment_at:
+            speed_py = repo / "vllm" / "speed.py"
+            speed_py.write_text(f'"""Speeds, commit {i}."""\n# reworded\n' + speed_py.read_text())
         else:
             (repo / "vllm" / "speed.py").write_text(f"COMMIT = {i}\nSLOWDOWN = {speed}\n")
         if i == compiled_at:
@@ -228,6 +238,27 @@ def test_a_pair_with_the_same_vllm_is_not_timed(tmp_path):
     )
     step = stages.judge(shas[0], shas[1])
     assert step.verdict == core.SAME and step.note == "no file under vllm/ differs" and not seen
+
+
+def test_a_pair_that_differs_in_comments_and_docstrings_only_is_not_timed(tmp_path):
+    repo, shas = history(tmp_path, [1.0, 1.0, 1.1], comment_at=1)
+    seen: list = []
+    stages = runner.Stages(
+        repo=repo,
+        vllm="0.25.1",
+        out=tmp_path / "o",
+        kind="kernel-bench",
+        suite="quick",
+        cases=None,
+        threshold=0.03,
+        run=standin_stages(repo, tmp_path, seen),
+    )
+    step = stages.judge(shas[0], shas[1])
+    assert step.verdict == core.SAME and not seen
+    assert step.note == "no code under vllm/ differs (vllm/speed.py: comments or docstrings)"
+    assert runner.code_changed(repo, shas[0], shas[1]) == ([], ["vllm/speed.py"])
+    assert runner.code_changed(repo, shas[1], shas[2]) == (["vllm/speed.py"], [])
+    assert stages.judge(shas[1], shas[2]).verdict == core.FAIL and seen
 
 
 def test_ends_not_apart_exit_0_and_a_compiled_commit_stops_the_run_before_any_step(tmp_path):

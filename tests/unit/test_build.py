@@ -348,6 +348,25 @@ def test_a_change_reached_only_through_an_unchanged_module_is_refused_with_the_c
     ) in str(err.value)
 
 
+def test_comments_docstrings_and_layout_out_of_the_candidates_reach_are_built_not_refused(tmp_path):
+    """A change of comments, a docstring or layout alone changes no code the candidate runs: the build takes it
+    (vLLM's history is full of them, and a bisect steps over them), where a change of code there is refused."""
+    deep = "vllm/layers/deep.py"
+    middle = {"vllm/layers/middle.py": "from vllm.layers import deep\n"}
+    entry = "from vllm.layers import mod, middle\n"
+    before = '"""Deep."""\nK = 1\n'
+    release = _release_with(tmp_path / "rel", {deep: before, **middle}, entry=entry)
+    patch = tmp_path / "deep.patch"
+    text_only = '"""Deep, reworded."""\n# a comment\nK = (\n    1\n)\n'
+    patch.write_text(diff(MOD, BEFORE, AFTER) + plain_diff(deep, before, text_only))
+    trees = build.build_trees(build.BuildOptions(patch=patch, out=tmp_path / "out"), release=release)
+    assert [c.path for c in trees.manifest.changed_files] == [deep, MOD]
+    code = tmp_path / "code.patch"
+    code.write_text(diff(MOD, BEFORE, AFTER) + plain_diff(deep, before, '"""Deep."""\nK = 2\n'))
+    with pytest.raises(PatchError, match=r"vllm/layers/deep\.py is imported only through unchanged modules"):
+        build.build_trees(build.BuildOptions(patch=code, out=tmp_path / "out2"), release=release)
+
+
 def test_a_symlink_the_patch_adds_is_refused_and_the_host_file_never_read(tmp_path, patch_file):
     """Issue 21, item 6: a symbolic link to a host file, created by git apply, was hashed into the manifest."""
     host = tmp_path / "host-secret"

@@ -88,14 +88,19 @@ def test_the_shipped_change_has_its_0_34_0_version_and_only_that():
 
 
 def test_release_options():
-    assert parse_release_args([], default=("newest", "0.33.0")) == (("newest", "0.33.0"), ())
+    assert parse_release_args([], default=("newest", "0.33.0")) == (("newest", "0.33.0"), (), False)
     got = parse_release_args(["--release", "newest", "0.34.0", "-q", "--release", "0.8.5.post1", "-k", "x"], default=())
-    assert got == (("newest", "0.34.0", "0.8.5.post1"), ("-q", "-k", "x"))
+    assert got == (("newest", "0.34.0", "0.8.5.post1"), ("-q", "-k", "x"), False)
+    assert parse_release_args(["-x", "--discard-envs"], default=("0.33.0",)) == (("0.33.0",), ("-x",), True)
     for bad in (["--release", "latest"], ["--release", "0.34"], ["--release", "0.35.0rc1"]):
         with pytest.raises(UsageError, match=r"expected 'newest' or a release such as 0\.34\.0") as err:
             parse_release_args(bad, default=())
         assert err.value.exit_code == ExitCode.USAGE
-    assert parse_release_args(["--releas", "0.34.0"], default=("0.33.0",)) == (("0.33.0",), ("--releas", "0.34.0"))
+    assert parse_release_args(["--releas", "0.34.0"], default=("0.33.0",)) == (
+        ("0.33.0",),
+        ("--releas", "0.34.0"),
+        False,
+    )
 
 
 SOURCE = """import x

@@ -99,3 +99,37 @@ def test_the_executable_bit_alone_is_a_mode_change(tmp_path):
     assert [(c.path, c.what) for c in treediff.differences(base, cand)] == [("vllm/run.py", "mode")]
     (base / "vllm" / "run.py").chmod(0o755)
     assert treediff.differences(base, cand) == []
+
+
+def test_same_code_is_blind_to_comments_docstrings_and_layout_only():
+    base = (
+        b'"""Module."""\nimport os\n\n\ndef f(x):\n    """Doc."""\n    return x + 1  # one\n\n\n'
+        b'class C:\n    "Doc."\n    y = "kept"\n'
+    )
+    same = (
+        b'"""Module, reworded."""\nimport os\n# a comment\ndef f(x):\n    return (x +\n            1)\n\n\n'
+        b'class C:\n    """Other doc."""\n    y = "kept"\n'
+    )
+    assert treediff.same_code(base, same) and treediff.same_code(base, base)
+    for other in (
+        base.replace(b"x + 1", b"x + 2"),  # a constant
+        base.replace(b'"kept"', b'"moved"'),  # a string that is not a docstring
+        base.replace(b"import os", b"import sys"),
+        base.replace(b'    """Doc."""\n', b'    """Doc."""\n    pass\n'),  # a statement added after the docstring
+        b"def f(x:\n",  # not Python
+    ):
+        assert not treediff.same_code(base, other), other
+    assert not treediff.same_code(b"def f(x:\n", b"def f(x:\n")  # invalid on both sides is never the same code
+
+
+def test_code_unchanged_takes_modified_python_files_only(tmp_path):
+    base, cand = tmp_path / "b", tmp_path / "c"
+    for tree, text in ((base, b"X = 1\n"), (cand, b"X = 1  # why\n")):
+        (tree / "vllm").mkdir(parents=True)
+        (tree / "vllm" / "a.py").write_bytes(text)
+        (tree / "vllm" / "a.txt").write_bytes(text)
+    changes = {c.path: c for c in treediff.differences(base, cand)}
+    assert treediff.code_unchanged(base, cand, changes["vllm/a.py"])
+    assert not treediff.code_unchanged(base, cand, changes["vllm/a.txt"])
+    added = treediff.FileChange(path="vllm/a.py", sha256_before=None, sha256_after="x", what=treediff.ADDED)
+    assert not treediff.code_unchanged(base, cand, added)

@@ -117,7 +117,7 @@ def _code_of(source: bytes) -> str | None:
             and isinstance(body[0].value.value, str)
         ):
             node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree, include_attributes=False)
+    return ast.dump(tree)  # without line numbers: include_attributes is False by default
 
 
 def same_code(before: bytes, after: bytes) -> bool:

@@ -55,11 +55,29 @@ def load_history(path: Path) -> dict:
         return {"kind": KIND, "schema_version": SCHEMA_VERSION, "entries": []}
     payload = read_json(path, kind=KIND, versions=(SCHEMA_VERSION,))
     entries = payload.get("entries")
-    if not isinstance(entries, list) or not all(
-        isinstance(e, dict) and isinstance(e.get("run"), dict) for e in entries
-    ):
+    if not isinstance(entries, list):
         raise DataError(f"{path}: 'entries' must be a list of run entries; restore it from git (nothing was changed)")
+    for i, entry in enumerate(entries):
+        if not _is_entry(entry):
+            raise DataError(
+                f"{path}: entry {i} is not a run entry (a 'run' with its 'time' and 'sha256', 'builds' of both "
+                "sides, 'cases'); restore the file from git (nothing was changed)"
+            )
     return payload
+
+
+def _is_entry(entry) -> bool:
+    """Whether ``entry`` holds what every reader of the history takes from it (as :func:`entry_of` writes it)."""
+    if not isinstance(entry, dict):
+        return False
+    run, builds = entry.get("run"), entry.get("builds")
+    return (
+        isinstance(run, dict)
+        and all(isinstance(run.get(k), str) for k in ("time", "sha256"))
+        and isinstance(builds, dict)
+        and all(isinstance(builds.get(side), dict) for side in SIDES)
+        and isinstance(entry.get("cases"), dict)
+    )
 
 
 def case_summary(case) -> dict:
@@ -125,10 +143,10 @@ def add(results_path: Path, root: Path = DEFAULT_DIR) -> Path:
     path = history_path(results, root)
     history = load_history(path)
     entry = entry_of(results, results_path)
-    if any(e["run"].get("sha256") == entry["run"]["sha256"] for e in history["entries"]):
+    if any(e["run"]["sha256"] == entry["run"]["sha256"] for e in history["entries"]):
         raise UsageError(f"{results_path}: already in {path} (the same results file); nothing was changed")
     history["entries"].append(entry)
-    history["entries"].sort(key=lambda e: str(e["run"].get("time", "")))
+    history["entries"].sort(key=lambda e: e["run"]["time"])
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, history)
     return path
@@ -150,7 +168,7 @@ def value(entry: dict, case_id: str) -> float:
 
 def series(history: dict, case_id: str) -> list[tuple[str, float]]:
     """(run time, median of the published side) of ``case_id`` over the history's entries, in time order."""
-    return [(e["run"].get("time", ""), value(e, case_id)) for e in history["entries"] if case_id in e["cases"]]
+    return [(e["run"]["time"], value(e, case_id)) for e in history["entries"] if case_id in e["cases"]]
 
 
 def show(history: dict, pattern: str = "*") -> str:
@@ -207,8 +225,8 @@ def candidates(history: dict, detector: Callable[[list[float]], list[int]], patt
                 {
                     "case": cid,
                     "index": at,
-                    "good": {"time": good["run"].get("time", ""), "build": good["builds"].get(published(good), {})},
-                    "bad": {"time": bad["run"].get("time", ""), "build": bad["builds"].get(published(bad), {})},
+                    "good": {"time": good["run"]["time"], "build": good["builds"][published(good)]},
+                    "bad": {"time": bad["run"]["time"], "build": bad["builds"][published(bad)]},
                     "size": stats.median(after) / stats.median(before) - 1,
                 }
             )

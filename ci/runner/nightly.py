@@ -48,7 +48,7 @@ BISECT_CODES = {code: status for status, code in bisect_runner.CODES.items()}  #
 
 def commit_of(build: dict) -> str:
     """The commit a build names (``sha12 subject``), as its short hash; empty for a release as published."""
-    return str(build.get("commit", "")).split(" ", 1)[0]
+    return str(build.get("commit", "")).partition(" ")[0]
 
 
 def bisectable(candidate: dict) -> bool:

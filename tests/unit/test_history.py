@@ -185,3 +185,59 @@ def test_a_run_of_an_earlier_version_of_its_suite_is_added_with_its_version(tmp_
     foreign.suite = "nightly-only"
     with pytest.raises(IncompleteEvidenceError, match="not added to the history: suite 'nightly-only'"):
         history.add(saved(foreign, tmp_path / "foreign.json"), root)
+
+
+def _entry(time: str, cases: dict[str, float], sha: str = "", published: str = "base") -> dict:
+    builds = {"base": {"vLLM": f"b{time}"}, "candidate": {"vLLM": f"c{time}"}}
+    medians = {cid: {"base": x, "candidate": x * 2} for cid, x in cases.items()}
+    return {"run": {"time": time, "sha256": sha or time}, "builds": builds, "published": published, "cases": medians}
+
+
+def test_candidates_take_each_index_the_detector_gives_inside_the_series_whatever_comes_before():
+    xs = [0.5, 0.5, 1.0, 2.0, 2.0, 2.0, 2.0]
+    entries = [_entry(f"t{i}", {"b/long": x, **({"a/short": 1.0} if i < 2 else {})}) for i, x in enumerate(xs)]
+    entries[-1]["published"] = "candidate"  # a series follows each entry's published side
+    asked = []
+
+    def detector(values):
+        asked.append(list(values))
+        return [0, len(values), -1, 1, 3]  # the first three are outside the series: skipped, not the end
+
+    found = history.candidates({"entries": entries}, detector)
+    assert asked == [[*xs[:-1], 4.0]]  # the short series (2 runs < MIN_RUNS) is skipped, the long one still asked
+    assert [(c["case"], c["index"]) for c in found] == [("b/long", 1), ("b/long", 3)]
+    at3 = found[1]
+    assert at3["size"] == pytest.approx(2.0 / 0.5 - 1)  # medians of the 5 after (2, 2, 2, 4) over all 3 before
+    assert at3["good"] == {"time": "t2", "build": {"vLLM": "bt2"}} and at3["bad"] == {
+        "time": "t3",
+        "build": {"vLLM": "bt3"},
+    }
+    assert history.series({"entries": entries}, "a/short") == [("t0", 1.0), ("t1", 1.0)]
+
+
+@pytest.mark.parametrize(
+    "breaks",
+    [
+        lambda e: e.clear(),
+        lambda e: e.pop("run"),
+        lambda e: e["run"].update(time=3),
+        lambda e: e["run"].pop("sha256"),
+        lambda e: e.pop("builds"),
+        lambda e: e["builds"].pop("base"),
+        lambda e: e["builds"].update(candidate="0.25.1"),
+        lambda e: e.pop("cases"),
+    ],
+)
+def test_an_entry_without_what_readers_take_from_it_is_refused_by_its_index(tmp_path, breaks):
+    path = tmp_path / "quick.json"
+    entries = [_entry("t0", {"a": 1.0}), _entry("t1", {"a": 1.0})]
+    breaks(entries[1])
+    path.write_text(json.dumps({"kind": history.KIND, "schema_version": history.SCHEMA_VERSION, "entries": entries}))
+    with pytest.raises(DataError, match=r"quick\.json: entry 1 is not a run entry"):
+        history.load_history(path)
+    path.write_text(json.dumps({"kind": "gate-baseline", "schema_version": history.SCHEMA_VERSION, "entries": []}))
+    with pytest.raises(DataError, match="gate-baseline"):
+        history.load_history(path)
+    path.write_text(json.dumps({"kind": history.KIND, "schema_version": history.SCHEMA_VERSION, "entries": [3]}))
+    with pytest.raises(DataError, match="entry 0 is not a run entry"):
+        history.load_history(path)

@@ -573,6 +573,18 @@ def changepoint_rates(session: nox.Session) -> None:
     _stage(session, _python(session), "-m", "ci.core.changepoints", *session.posargs)
 
 
+@nox.session(default=False)
+def tests_changepoints(session: nox.Session) -> None:
+    """The history's and the change points' tests with Apache Otava installed, so its real detector runs too.
+
+    Otava pins numpy 2.2.0, which keeps it out of the `tests` and `mutation` environments."""
+    _requirements(session, "changepoints")
+    test_txt = REQUIREMENTS / "test.txt"
+    session.install(*(_pin(test_txt, p) for p in ("pytest", "hypothesis", "psutil")))
+    tests = ("tests/unit/test_history.py", "tests/unit/test_changepoints.py", "tests/unit/test_nightly.py")
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, *session.posargs)
+
+
 @nox.session(python=False, default=False)
 def resample(session: nox.Session) -> None:
     """Error rates of a design resampled from measured A/A runs (`-- --results A.json ... --captures 6,8,10`)."""

@@ -83,7 +83,7 @@ def _is_entry(entry) -> bool:
 def case_summary(case) -> dict:
     """One case of a run: each side's median, the A/B ratio with its interval over captures, the captures."""
     caps = {side: subjects.capture_ids(case, side) for side in SIDES}
-    if caps["base"] is not None and caps["candidate"] is not None:
+    if None not in caps.values():  # capture_ids gives both sides' or neither
         base = stats.capture_medians(case.samples["base"], caps["base"])
         cand = stats.capture_medians(case.samples["candidate"], caps["candidate"])
         effect = stats.capture_effect(base, cand)
@@ -171,7 +171,7 @@ def series(history: dict, case_id: str) -> list[tuple[str, float]]:
     return [(e["run"]["time"], value(e, case_id)) for e in history["entries"] if case_id in e["cases"]]
 
 
-def show(history: dict, pattern: str = "*") -> str:
+def show(history: dict, pattern: str) -> str:
     """A markdown table: per case, each entry's published build and its median, and the A/B ratio with its
     interval."""
     ids = sorted({cid for e in history["entries"] for cid in e["cases"] if fnmatch.fnmatch(cid, pattern)})
@@ -184,9 +184,9 @@ def show(history: dict, pattern: str = "*") -> str:
             if c is None:
                 continue
             side = published(e)
-            build = f"{side}: {build_text(e['builds'].get(side, {}))}"
+            build = f"{side}: {build_text(e['builds'][side])}"
             lines.append(
-                f"| {cid} | {e['run'].get('time', '')} | {build} | {c[side]:.2f} {c['unit']} | "
+                f"| {cid} | {e['run']['time']} | {build} | {c[side]:.2f} {c['unit']} | "
                 f"{c['ratio']:.4f} [{c['ci'][0]:.4f}, {c['ci'][1]:.4f}] |"
             )
     return "\n".join(lines)
@@ -196,7 +196,7 @@ MIN_RUNS = 6  # fewer runs than this: no change point is looked for (Otava needs
 SPAN = 5  # runs either side whose medians give a step's size
 
 
-def case_series(history: dict, pattern: str = "*") -> dict[str, list[dict]]:
+def case_series(history: dict, pattern: str) -> dict[str, list[dict]]:
     """The entries of each case matching ``pattern``, in time order."""
     ids = sorted({cid for e in history["entries"] for cid in e["cases"] if fnmatch.fnmatch(cid, pattern)})
     return {cid: [e for e in history["entries"] if cid in e["cases"]] for cid in ids}
@@ -249,39 +249,6 @@ def detect_markdown(found: Sequence[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(history: dict, out: Path, found: Sequence[dict] = (), pattern: str = "*", most: int = 12) -> int:
-    """Each case's series of its published side (at most ``most`` cases), its candidate change points marked;
-    returns the number of cases drawn."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    series = dict(list(case_series(history, pattern).items())[:most])
-    if not series:
-        raise UsageError(f"no case of the history matches {pattern!r}; nothing drawn")
-    fig, axes = plt.subplots(len(series), 1, figsize=(9, 2.2 * len(series)), squeeze=False)
-    run_of = {id(e): i for i, e in enumerate(history["entries"])}  # every case on the history's run axis
-    for ax, (cid, entries) in zip(axes[:, 0], series.items(), strict=True):
-        at = [run_of[id(e)] for e in entries]
-        ax.plot(at, [value(e, cid) for e in entries], marker="o", markersize=3)
-        ax.set_xlim(-0.5, len(history["entries"]) - 0.5)
-        for c in found:
-            if c["case"] == cid:
-                where = (at[c["index"] - 1] + at[c["index"]]) / 2
-                ax.axvline(where, color="red", linestyle="--", label=f"candidate {c['size']:+.1%}")
-        ax.set_title(cid, fontsize=8)
-        ax.set_ylabel(entries[0]["cases"][cid]["unit"], fontsize=8)
-        if any(c["case"] == cid for c in found):
-            ax.legend(fontsize=7)
-    axes[-1, 0].set_xlabel("run (time order)")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return len(series)
-
-
 def otava_detector() -> Callable[[list[float]], list[int]]:
     from ci.core.changepoints import otava_detectors
 
@@ -296,15 +263,16 @@ def main(argv: Sequence[str] | None = None, detector: Callable[[list[float]], li
     add_p = sub.add_parser("add", help="add a complete results file to its series")
     add_p.add_argument("results", type=Path)
     add_p.add_argument("--dir", type=Path, default=DEFAULT_DIR)
-    for name, what in (("show", "a series as a table"), ("detect", "candidate change points"), ("plot", "a PNG")):
-        p = sub.add_parser(name, help=what)
+    show_p = sub.add_parser("show", help="a series as a table")
+    detect_p = sub.add_parser("detect", help="candidate change points")
+    plot_p = sub.add_parser("plot", help="a PNG")
+    for p in (show_p, detect_p, plot_p):
         p.add_argument("--machine", required=True, help="e.g. nvidia-h200-x1")
         p.add_argument("--kind", required=True, help="the results kind, e.g. kernel-bench")
         p.add_argument("--suite", default="default")
         p.add_argument("--case", default="*", help="a glob over case ids")
         p.add_argument("--dir", type=Path, default=DEFAULT_DIR)
-        if name == "plot":
-            p.add_argument("--out", type=Path, required=True, help="the PNG to write")
+    plot_p.add_argument("--out", type=Path, required=True, help="the PNG to write")
     args = parser.parse_args(argv)
     if args.command == "add":
         print(f"history: added {args.results} to {add(args.results, args.dir)}")
@@ -320,6 +288,8 @@ def main(argv: Sequence[str] | None = None, detector: Callable[[list[float]], li
     if args.command == "plot":
         if args.out.suffix != ".png" or args.out.exists():
             raise UsageError(f"--out {args.out}: give a new .png file (an existing file is never replaced)")
+        from ci.core.history_plot import plot  # matplotlib, only for a drawing
+
         print(f"history: drew {plot(history, args.out, found, args.case)} case(s) into {args.out}")
         return 0
     print(detect_markdown(found), end="")

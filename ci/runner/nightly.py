@@ -172,7 +172,7 @@ def main(argv: Sequence[str] | None = None, run: Callable[[list[str]], int] | No
         "runs": runs,
     }
     latest = data["entries"][-1]  # the newest run (entries are in time order)
-    night["build"] = latest["builds"].get(history.published(latest), {})
+    night["build"] = latest["builds"][history.published(latest)]
     payload = {"kind": KIND, "schema_version": SCHEMA_VERSION, "night": night, "candidates": found, "bisects": bisects}
     write_report(args.out, JSON_NAME, MD_NAME, payload, markdown(night, found, bisects))
     stopped = [b["code"] for b in bisects if b["code"] not in BISECT_CODES]

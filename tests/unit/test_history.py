@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
 
 from ci.core import history
 from ci.core.errors import DataError, IncompleteEvidenceError, UsageError
+from ci.core.results import load_results
 from tests.unit.factories import kernel_results, saved
 
 
@@ -24,6 +26,7 @@ def test_runs_are_added_in_time_order_each_once(tmp_path):
     path = history.add(late, root)
     assert history.add(early, root) == path
     assert path.relative_to(root).parts[-2:] == ("kernel-bench", "quick.json")
+    assert path.relative_to(root).parts[0].endswith("-x1")  # the machine: its GPU model and how many
     data = history.load_history(path)
     assert [e["run"]["time"][:10] for e in data["entries"]] == ["2026-12-01", "2026-12-03"]
     case_id = next(iter(data["entries"][0]["cases"]))
@@ -38,8 +41,19 @@ def test_runs_are_added_in_time_order_each_once(tmp_path):
 
 def test_an_incomplete_run_is_not_added_and_nothing_is_written(tmp_path):
     root = tmp_path / "history"
-    with pytest.raises(IncompleteEvidenceError, match="not added to the history"):
+    with pytest.raises(IncompleteEvidenceError, match="not added to the history") as err:
         history.add(_run(tmp_path, "cut", complete=False), root)
+    assert str(err.value).endswith(
+        "cut.json: not added to the history: its evidence is incomplete (the run did not finish (complete: false): "
+        "re-run it, or rebuild it from its folder only to look at it); re-run the stage"
+    )
+    results = kernel_results("quick")
+    for case in results.cases[:3]:  # with the unfinished run, four problems: the message quotes the first three
+        case.extra["correctness"] = {"ok": False, "rel_l2": 0.5}
+    with pytest.raises(IncompleteEvidenceError) as err:
+        history.add(saved(results, tmp_path / "many.json", complete=False), root)
+    quoted = str(err.value).split("incomplete (", 1)[1]
+    assert quoted.count("the builds' outputs disagree") == 2 and quoted.count("; case ") == 2
     with pytest.raises(IncompleteEvidenceError):
         history.add(_run(tmp_path, "subset", case_filter="*ep8*"), root)
     assert not root.exists()
@@ -122,6 +136,7 @@ def test_detect_names_the_runs_either_side_of_a_step_and_the_bisect_that_confirm
     assert history.main(["detect", *where], detector=detector) == 1
     assert "candidate change point(s)" in capsys.readouterr().out
     assert history.main(["detect", *where], detector=lambda xs: []) == 0
+    assert history.main(["detect", *where, "--case", "nothing*"], detector=detector) == 0  # the glob is passed on
     assert (
         history.build_text({"vLLM": "0.25.1", "change": "x"}) == "change x; vLLM 0.25.1"
         and history.build_text({}) == "?"
@@ -233,11 +248,97 @@ def test_an_entry_without_what_readers_take_from_it_is_refused_by_its_index(tmp_
     entries = [_entry("t0", {"a": 1.0}), _entry("t1", {"a": 1.0})]
     breaks(entries[1])
     path.write_text(json.dumps({"kind": history.KIND, "schema_version": history.SCHEMA_VERSION, "entries": entries}))
-    with pytest.raises(DataError, match=r"quick\.json: entry 1 is not a run entry"):
+    with pytest.raises(DataError, match=r"quick\.json: entry 1 is not a run entry") as err:
         history.load_history(path)
+    assert str(err.value).endswith(
+        "entry 1 is not a run entry (a 'run' with its 'time' and 'sha256', 'builds' of both sides, 'cases'); "
+        "restore the file from git (nothing was changed)"
+    )
     path.write_text(json.dumps({"kind": "gate-baseline", "schema_version": history.SCHEMA_VERSION, "entries": []}))
     with pytest.raises(DataError, match="gate-baseline"):
         history.load_history(path)
     path.write_text(json.dumps({"kind": history.KIND, "schema_version": history.SCHEMA_VERSION, "entries": [3]}))
     with pytest.raises(DataError, match="entry 0 is not a run entry"):
         history.load_history(path)
+
+
+def test_an_entry_records_the_run_its_builds_and_each_case_and_one_without_captures_is_one_capture(tmp_path):
+    from ci.core import stats
+    from ci.core.jsonio import sha256_file
+    from ci.core.results import load_results
+
+    path = _run(tmp_path, "a", ratio=1.02)
+    results = load_results(path)
+    results.provenance.update(project_commit="abc123", command="python -m ci.kernel.bench --suite quick")
+    path = saved(results, tmp_path / "b.json")
+    results = load_results(path)
+    entry = history.entry_of(results, path)
+    assert entry["run"] == {
+        "sha256": sha256_file(path),
+        "time": "2026-12-01T00:00:00+00:00",
+        "project_commit": "abc123",
+        "command": "python -m ci.kernel.bench --suite quick",
+    }
+    assert entry["suite"] == history.suite_version(results, path) and entry["published"] == "base"
+    for key in ("time", "project_commit", "command"):
+        results.provenance.pop(key, None)
+    bare = history.entry_of(results, saved(results, tmp_path / "c.json"))["run"]
+    assert (bare["time"], bare["project_commit"], bare["command"]) == ("", "", "")
+    case = results.cases[0]
+    paired = history.case_summary(case)
+    assert paired["captures"] == 6 and paired["unit"] == "us/call"
+    case.extra.pop("captures")
+    one = history.case_summary(case)
+    effect = stats.paired_effect(case.samples["base"], case.samples["candidate"])
+    assert one["captures"] == 1 and (one["ratio"], one["ci"]) == (effect.ratio, [effect.ci_low, effect.ci_high])
+    assert one["base"] == stats.median(case.samples["base"]) and one["candidate"] == stats.median(
+        case.samples["candidate"]
+    )
+
+
+def test_the_cli_asks_for_a_command_and_show_and_detect_print_exactly(tmp_path, capsys):
+    with pytest.raises(SystemExit) as err:
+        history.main([])
+    assert err.value.code == 2
+    results = kernel_results("quick")
+    results.suite = "nosuch"
+    path = saved(results, tmp_path / "other-suite.json")
+    with pytest.raises(IncompleteEvidenceError, match=r"other-suite\.json: not added to the history: suite 'nosuch'"):
+        history.add(path, tmp_path / "history")
+    version = history.suite_version(load_results(saved(kernel_results("quick"), tmp_path / "q.json")), path)
+    ids = sorted(c.id for c in kernel_results("quick").cases)
+    assert version == {"cases": 13, "version": hashlib.sha256("\n".join(ids).encode()).hexdigest()[:12], "as_now": True}
+    entries = [_entry("t0", {"a/x": 1.0}), _entry("t1", {"a/x": 1.5, "a/y": 1.0}, published="candidate")]
+    for e, r in zip(entries, (1.0, 2.0), strict=True):
+        for c in e["cases"].values():
+            c.update(unit="us/call", ratio=r, ci=[r - 0.01, r + 0.01])
+    assert history.show({"entries": entries}, "a/*") == (
+        "| case | run | build (published side) | median | ratio [95%] |\n"
+        "|---|---|---|---:|---|\n"
+        "| a/x | t0 | base: vLLM bt0 | 1.00 us/call | 1.0000 [0.9900, 1.0100] |\n"
+        "| a/x | t1 | candidate: vLLM ct1 | 3.00 us/call | 2.0000 [1.9900, 2.0100] |\n"
+        "| a/y | t1 | candidate: vLLM ct1 | 2.00 us/call | 2.0000 [1.9900, 2.0100] |"  # a case the first run lacks
+    )
+    assert history.show({"entries": entries}, "b/*") == "no case of the history matches 'b/*'"
+    found = [
+        {"case": "a/x", "good": {"time": "t0", "build": {"vLLM": "b"}}, "bad": {"time": "t1", "build": {}}, "size": 0.5}
+    ]
+    assert history.detect_markdown(found) == (
+        "1 candidate change point(s). Each is an alert only once the paired A/B of its two builds FAILs: the first "
+        "step of `nox -s bisect -- --good BEFORE --bad AFTER --cases CASE` (docs/history.md).\n"
+        "\n"
+        "| case | last run before (build) | first run after (build) | step |\n"
+        "|---|---|---|---:|\n"
+        "| a/x | t0 (vLLM b) | t1 (?) | +50.0% |\n"
+    )
+    assert history.detect_markdown([]) == "no candidate change point: no case's time went up between two runs\n"
+
+
+def test_otavas_detector_finds_a_clear_step_up_and_nothing_else():
+    """The real detector `detect` and the nightly job use (Apache Otava: nox -s tests_changepoints)."""
+    pytest.importorskip("otava")
+    detect = history.otava_detector()
+    level = [1.0 + 0.001 * (i % 3) for i in range(10)]
+    assert detect(level + [x + 0.5 for x in level]) == [10]
+    assert detect([x + 0.5 for x in level] + level) == []  # a speed-up is no candidate
+    assert detect(level + level) == []

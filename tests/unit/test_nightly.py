@@ -4,13 +4,14 @@ the issue text written; the build, the bench and the bisect stood in for, the hi
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from ci.core import bisect as bisect_core
 from ci.core import history
-from ci.core.errors import ExitCode, UsageError
+from ci.core.errors import DataError, ExitCode, UsageError
 from ci.runner import nightly
 from tests.unit.factories import kernel_results, saved
 from tests.unit.test_bisect import git
@@ -58,9 +59,10 @@ class Bisect:
         out = Path(argv[argv.index("--out") + 1])
         out.mkdir(parents=True)
         (out / "bisect.md").write_text("### Bisect: first slow build: the stand-in's\n")
+        payload = {"kind": "gate-bisect", "schema_version": 1}
         if self.code == 1:
-            bad = argv[argv.index("--bad") + 1]
-            payload = {"kind": "gate-bisect", "schema_version": 1, "first_bad": bad + "0" * 28}
+            payload["first_bad"] = argv[argv.index("--bad") + 1] + "0" * 28
+        if self.code in (0, 1, 3):  # a bisect that ran writes its report; one that could not, none
             (out / "bisect.json").write_text(json.dumps(payload))
         return self.code
 
@@ -102,15 +104,18 @@ def test_a_step_is_bisected_between_the_commits_either_side_and_alerts(tmp_path)
 def test_an_undecided_or_unconfirmed_bisect_is_not_an_alert(tmp_path):
     nights, _, _ = run_nights(tmp_path, [1.0] * 6 + [1.06], code=int(ExitCode.INCONCLUSIVE))
     assert nights[-1].exit == ExitCode.INCONCLUSIVE
+    assert json.loads((tmp_path / "n6" / nightly.JSON_NAME).read_text())["bisects"][0]["first_bad"] == ""
     text = (tmp_path / "n6" / nightly.MD_NAME).read_text()
     assert text.startswith("Nightly GPU history: no confirmed slowdown") and "undecided" in text
     calm, _, _ = run_nights(tmp_path / "calm", [1.0] * 6 + [1.06], code=0)
     assert calm[-1].exit == 0
 
 
-def test_a_bisect_that_cannot_run_is_reported_and_its_code_kept(tmp_path):
+def test_a_bisect_that_cannot_run_is_reported_and_its_code_kept(tmp_path, capsys):
     nights, _, root = run_nights(tmp_path, [1.0] * 6 + [1.06], code=int(ExitCode.NO_GPU))
     assert nights[-1].exit == ExitCode.NO_GPU
+    assert "ended with exit 6" in capsys.readouterr().err
+    assert json.loads((tmp_path / "n6" / nightly.JSON_NAME).read_text())["bisects"][0]["first_bad"] == ""
     assert "stopped (exit 6)" in (tmp_path / "n6" / nightly.MD_NAME).read_text()
     assert len(history.load_history(next(root.rglob("*.json")))["entries"]) == 7  # the night is in the history
 
@@ -165,3 +170,142 @@ def test_only_candidates_between_two_commits_of_one_release_are_bisected():
     ]
     assert nightly.bisect_pairs(found) == {("aaaaaaaaaaaa", "bbbbbbbbbbbb"): ["x", "y"]}
     assert nightly.commit_of({"commit": "abc def ghi"}) == "abc" and nightly.commit_of({"vLLM": "0.25.1"}) == ""
+
+
+def test_the_issue_text_exactly(tmp_path):
+    night = {"results": "r.json", "machine": "m-x1", "kind": "kernel-bench", "suite": "quick", "history": "h.json"}
+    night.update(runs=9, build={"vLLM": "0.25.1"})
+    a = {"vLLM": "0.25.1", "commit": "aaaaaaaaaaaa one"}
+    b = {"vLLM": "0.25.1", "commit": "bbbbbbbbbbbb two"}
+    found = [
+        {"case": "x", "index": 8, "good": {"time": "t7", "build": a}, "bad": {"time": "t8", "build": b}, "size": 0.1},
+        {
+            "case": "y",
+            "index": 8,
+            "good": {"time": "t7", "build": {"vLLM": "0.25.1"}},
+            "bad": {"time": "t8", "build": {"vLLM": "0.26.0"}},
+            "size": 0.2,
+        },
+    ]
+    (tmp_path / "b1").mkdir()
+    (tmp_path / "b1" / "bisect.md").write_text("### Bisect: found\n\n")
+    bisects = [
+        {
+            "first_bad": "b" * 40,
+            "good": "a" * 12,
+            "bad": "b" * 12,
+            "cases": ["x", "z"],
+            "code": 1,
+            "status": "found",
+            "out": str(tmp_path / "b1"),
+        },
+        {"good": "c" * 12, "bad": "d" * 12, "cases": ["w"], "code": 1, "status": "found", "out": str(tmp_path / "b2")},
+        {"good": "e" * 12, "bad": "f" * 12, "cases": ["v"], "code": 6, "status": "stopped (exit 6)", "out": "o3"},
+    ]
+    assert nightly.markdown(night, found, bisects) == (
+        f"{nightly.TITLE} on m-x1: vLLM commit {'b' * 12} (2 case(s)), ? (1 case(s))\n"
+        "\n"
+        "Night: r.json (m-x1, kernel-bench, suite quick); the build: vLLM 0.25.1; history: h.json (9 runs).\n"
+        "\n" + history.detect_markdown(found).rstrip() + "\n"
+        "\n"
+        f"#### Bisect {'a' * 12}..{'b' * 12}: found (exit 1)\n"
+        "\n"
+        "### Bisect: found\n"
+        "\n"
+        f"#### Bisect {'c' * 12}..{'d' * 12}: found (exit 1)\n"
+        "\n"
+        f"no report: see {tmp_path / 'b2'}\n"
+        "\n"
+        f"#### Bisect {'e' * 12}..{'f' * 12}: stopped (exit 6) (exit 6)\n"
+        "\n"
+        "no report: see o3\n"
+        "\n"
+        "y: between vLLM 0.25.1 and vLLM 0.26.0 the compiled code may differ, so no bisect was run; judge the two "
+        "builds with `nox -s gpu_gate -- --vllm installed` on each.\n"
+    )
+    quiet = nightly.markdown(night, [], [])
+    assert quiet == (
+        "Nightly GPU history: no confirmed slowdown\n\nNight: r.json (m-x1, kernel-bench, suite quick); the build: "
+        "vLLM 0.25.1; history: h.json (9 runs).\n\nNo new candidate change point: no case's time went up in the last "
+        "runs.\n"
+    )
+
+
+def test_the_bisect_is_asked_exactly_and_the_report_records_the_night(tmp_path):
+    nights, shas, root = run_nights(tmp_path, [1.0] * 6 + [1.06])
+    (argv,) = nights[-1].calls
+    cases = sorted(c.id for c in kernel_results("quick").cases)
+    out = tmp_path / "n6" / "bisect" / f"{shas[5][:12]}-{shas[6][:12]}"
+    assert argv[3:] == [
+        "--vllm", "installed", "--vllm-src", str(tmp_path / "vllm-main"), "--good", shas[5][:12], "--bad",
+        shas[6][:12], "--subject", "kernel-bench", "--suite", "quick", "--cases", ",".join(cases), "--out", str(out),
+    ]  # fmt: skip
+    payload = json.loads((tmp_path / "n6" / nightly.JSON_NAME).read_text())
+    assert (payload["kind"], payload["schema_version"]) == (nightly.KIND, nightly.SCHEMA_VERSION)
+    assert len(payload["candidates"]) == len(cases)
+    night = payload["night"]
+    assert night["results"] == str(tmp_path / "night-6.json") and night["history"] == str(next(root.rglob("*.json")))
+    (bisect,) = payload["bisects"]
+    assert bisect == {
+        "first_bad": shas[6][:12] + "0" * 28,
+        "good": shas[5][:12],
+        "bad": shas[6][:12],
+        "cases": cases,
+        "code": 1,
+        "status": bisect_core.FOUND,
+        "out": str(out),
+    }
+
+
+def test_a_step_among_the_last_recent_runs_is_new_and_no_bisect_lists_it_only(tmp_path):
+    nights, _, _ = run_nights(tmp_path / "edge", [1.0] * 6 + [1.06] * 3)  # the step is the 3rd-last run: new
+    assert nights[-1].exit == ExitCode.FAILED and nights[-1].calls
+    repo, _ = chain(tmp_path / "listed", 1)
+    root = tmp_path / "listed" / "history"
+    for i, level in enumerate([1.0] * 6 + [1.06]):
+        run = night_run(tmp_path / "listed", repo, i, level)
+        argv = ["--results", str(run), "--vllm-src", str(repo), "--history", str(root), "--recent", "1"]
+        stages: list = []
+        code = nightly.main(
+            [*argv, "--no-bisect", "--out", str(tmp_path / "listed" / f"o{i}")],
+            run=stages.append,
+            detector=step_detector,
+        )
+        assert code == 0 and stages == []
+    assert "13 candidate change point(s)" in (tmp_path / "listed" / "o6" / nightly.MD_NAME).read_text()
+    (tmp_path / "foreign").mkdir()
+    for other in ({}, {"kind": nightly.KIND, "schema_version": nightly.SCHEMA_VERSION + 1}):
+        (tmp_path / "foreign" / nightly.JSON_NAME).write_text(json.dumps(other))
+        with pytest.raises(UsageError, match="was not written by this stage"):
+            nightly.main(["--results", str(run), "--history", str(root), "--out", str(tmp_path / "foreign")])
+
+
+def test_without_a_stand_in_the_bisect_command_runs_as_a_stage(tmp_path, capsys):
+    """The default stage: ``--bisect-command`` started as a process (here a script that writes a report and exits
+    1, as a bisect that found the commit does), its exit code read back."""
+    script = tmp_path / "fake_bisect.py"
+    script.write_text(
+        "import json, pathlib, sys\n"
+        "out = pathlib.Path(sys.argv[sys.argv.index('--out') + 1]); out.mkdir(parents=True)\n"
+        "bad = sys.argv[sys.argv.index('--bad') + 1]\n"
+        "(out / 'bisect.json').write_text(json.dumps({'kind': 'gate-bisect', 'schema_version': 1, 'first_bad': bad}))\n"
+        "(out / 'bisect.md').write_text('### from the script')\n"
+        "sys.exit(1)\n"
+    )
+    repo, shas = chain(tmp_path, 7)
+    root = tmp_path / "history"
+    for i, level in enumerate([1.0] * 6 + [1.06]):
+        git(repo, "checkout", "-q", shas[i])
+        argv = ["--results", str(night_run(tmp_path, repo, i, level)), "--vllm-src", str(repo), "--history", str(root)]
+        argv += ["--bisect-command", f"{sys.executable} {script}", "--out", str(tmp_path / f"o{i}")]
+        code = nightly.main(argv, detector=step_detector)
+    assert code == ExitCode.FAILED
+    payload = json.loads((tmp_path / "o6" / nightly.JSON_NAME).read_text())
+    assert payload["bisects"][0]["first_bad"] == shas[6][:12]
+    assert "### from the script" in (tmp_path / "o6" / nightly.MD_NAME).read_text()
+    script.write_text(script.read_text().replace("'gate-bisect'", "'gate-baseline'"))  # a report of another kind
+    git(repo, "checkout", "-q", shas[6])
+    argv = ["--results", str(night_run(tmp_path, repo, 7, 1.06)), "--vllm-src", str(repo), "--history", str(root)]
+    argv += ["--bisect-command", f"{sys.executable} {script}", "--out", str(tmp_path / "o7")]
+    with pytest.raises(DataError, match="gate-baseline"):
+        nightly.main(argv, detector=step_detector)

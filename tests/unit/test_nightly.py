@@ -260,6 +260,9 @@ def test_the_bisect_is_asked_exactly_and_the_report_records_the_night(tmp_path):
 def test_a_step_among_the_last_recent_runs_is_new_and_no_bisect_lists_it_only(tmp_path):
     nights, _, _ = run_nights(tmp_path / "edge", [1.0] * 6 + [1.06] * 3)  # the step is the 3rd-last run: new
     assert nights[-1].exit == ExitCode.FAILED and nights[-1].calls
+    out = tmp_path / "edge" / "n8"  # a rerun into the same folder replaces the stage's own report there
+    rerun = ["--results", str(tmp_path / "edge" / "night-8.json"), "--history", str(tmp_path / "edge" / "h2")]
+    assert nightly.main([*rerun, "--out", str(out)], run=lambda a: 0, detector=step_detector) == 0
     repo, _ = chain(tmp_path / "listed", 1)
     root = tmp_path / "listed" / "history"
     for i, level in enumerate([1.0] * 6 + [1.06]):
@@ -274,13 +277,13 @@ def test_a_step_among_the_last_recent_runs_is_new_and_no_bisect_lists_it_only(tm
         assert code == 0 and stages == []
     assert "13 candidate change point(s)" in (tmp_path / "listed" / "o6" / nightly.MD_NAME).read_text()
     (tmp_path / "foreign").mkdir()
-    for other in ({}, {"kind": nightly.KIND, "schema_version": nightly.SCHEMA_VERSION + 1}):
+    for other in ({"kind": "gate-bisect", "schema_version": 1}, {"kind": nightly.KIND, "schema_version": 2}):
         (tmp_path / "foreign" / nightly.JSON_NAME).write_text(json.dumps(other))
         with pytest.raises(UsageError, match="was not written by this stage"):
             nightly.main(["--results", str(run), "--history", str(root), "--out", str(tmp_path / "foreign")])
 
 
-def test_without_a_stand_in_the_bisect_command_runs_as_a_stage(tmp_path, capsys):
+def test_without_a_stand_in_the_bisect_command_runs_as_a_stage(tmp_path, monkeypatch):
     """The default stage: ``--bisect-command`` started as a process (here a script that writes a report and exits
     1, as a bisect that found the commit does), its exit code read back."""
     script = tmp_path / "fake_bisect.py"
@@ -289,11 +292,12 @@ def test_without_a_stand_in_the_bisect_command_runs_as_a_stage(tmp_path, capsys)
         "out = pathlib.Path(sys.argv[sys.argv.index('--out') + 1]); out.mkdir(parents=True)\n"
         "bad = sys.argv[sys.argv.index('--bad') + 1]\n"
         "(out / 'bisect.json').write_text(json.dumps({'kind': 'gate-bisect', 'schema_version': 1, 'first_bad': bad}))\n"
-        "(out / 'bisect.md').write_text('### from the script')\n"
+        "import os; (out / 'bisect.md').write_text('### from the script, in ' + os.getcwd())\n"
         "sys.exit(1)\n"
     )
     repo, shas = chain(tmp_path, 7)
     root = tmp_path / "history"
+    monkeypatch.chdir(tmp_path)  # the stage runs in the project's root wherever nightly is started
     for i, level in enumerate([1.0] * 6 + [1.06]):
         git(repo, "checkout", "-q", shas[i])
         argv = ["--results", str(night_run(tmp_path, repo, i, level)), "--vllm-src", str(repo), "--history", str(root)]
@@ -302,7 +306,7 @@ def test_without_a_stand_in_the_bisect_command_runs_as_a_stage(tmp_path, capsys)
     assert code == ExitCode.FAILED
     payload = json.loads((tmp_path / "o6" / nightly.JSON_NAME).read_text())
     assert payload["bisects"][0]["first_bad"] == shas[6][:12]
-    assert "### from the script" in (tmp_path / "o6" / nightly.MD_NAME).read_text()
+    assert f"### from the script, in {nightly.ROOT}" in (tmp_path / "o6" / nightly.MD_NAME).read_text()
     script.write_text(script.read_text().replace("'gate-bisect'", "'gate-baseline'"))  # a report of another kind
     git(repo, "checkout", "-q", shas[6])
     argv = ["--results", str(night_run(tmp_path, repo, 7, 1.06)), "--vllm-src", str(repo), "--history", str(root)]

@@ -237,9 +237,23 @@ def test_the_bisect_is_asked_exactly_and_the_report_records_the_night(tmp_path):
     cases = sorted(c.id for c in kernel_results("quick").cases)
     out = tmp_path / "n6" / "bisect" / f"{shas[5][:12]}-{shas[6][:12]}"
     assert argv[3:] == [
-        "--vllm", "installed", "--vllm-src", str(tmp_path / "vllm-main"), "--good", shas[5][:12], "--bad",
-        shas[6][:12], "--subject", "kernel-bench", "--suite", "quick", "--cases", ",".join(cases), "--out", str(out),
-    ]  # fmt: skip
+        "--vllm",
+        "installed",
+        "--vllm-src",
+        str(tmp_path / "vllm-main"),
+        "--good",
+        shas[5][:12],
+        "--bad",
+        shas[6][:12],
+        "--subject",
+        "kernel-bench",
+        "--suite",
+        "quick",
+        "--cases",
+        ",".join(cases),
+        "--out",
+        str(out),
+    ]
     payload = json.loads((tmp_path / "n6" / nightly.JSON_NAME).read_text())
     assert (payload["kind"], payload["schema_version"]) == (nightly.KIND, nightly.SCHEMA_VERSION)
     assert len(payload["candidates"]) == len(cases)

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ci.trees.manifest import Trees
-from ci.trees.treediff import ADDED, MODIFIED
+from ci.trees.treediff import ADDED, MODIFIED, code_unchanged
 
 DATA_DIR = "changed-lines"  # in the trees' folder, beside base/ and candidate/: one sub-folder a test run
 DIR_ENV = "GATE_CHANGED_LINES_DIR"  # the run's folder, set by the controller, read by its xdist workers
@@ -56,8 +56,14 @@ class LineReport:
 
 
 def changed_python_files(trees: Trees) -> list[str]:
-    """The candidate's added or modified Python files (relative paths): the only code it loads of its own."""
-    return [c.path for c in trees.manifest.changed_files if c.what in (ADDED, MODIFIED) and c.path.endswith(".py")]
+    """The candidate's added or modified Python files (relative paths): the only code it loads of its own. A file
+    whose code did not change (comments, docstrings or layout: ``treediff.same_code``) is not one: the candidate
+    runs the base's copy of it, and none of its lines is a changed statement."""
+    return [
+        c.path
+        for c in trees.manifest.changed_files
+        if c.what in (ADDED, MODIFIED) and c.path.endswith(".py") and not code_unchanged(trees.base, trees.candidate, c)
+    ]
 
 
 def changed_line_numbers(base: str, candidate: str) -> list[int]:

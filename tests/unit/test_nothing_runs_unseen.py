@@ -258,11 +258,20 @@ def test_no_data_or_no_coverage_is_not_measured_never_complete(tmp_path, monkeyp
 
 
 def test_a_change_of_no_python_statement_needs_no_measuring(tmp_path):
-    trees = _measured_trees(tmp_path, BEFORE.replace("import os\n", "import os  # a comment\n"))
-    assert changed_lines.changed_statements(trees) == {MOD: [1]}
-    comment_only = _measured_trees(tmp_path / "c", BEFORE + "# the end\n")
-    assert changed_lines.changed_statements(comment_only) == {}
-    assert changed_lines.summarize(comment_only, tmp_path / "none").complete
+    """A comment, even on a statement's line, or a statement laid out again changes no code (``same_code``): the
+    candidate runs the base's copy of the file, and no line of it is a changed statement left unrun."""
+    for i, text in enumerate(
+        (
+            BEFORE.replace("import os\n", "import os  # a comment\n"),
+            BEFORE + "# the end\n",
+            BEFORE.replace("    m = m\n", "    m = (\n        m\n    )\n"),
+        )
+    ):
+        trees = _measured_trees(tmp_path / str(i), text)
+        assert changed_lines.changed_python_files(trees) == [] and changed_lines.changed_statements(trees) == {}
+        assert changed_lines.summarize(trees, tmp_path / str(i) / "none").complete
+    code = _measured_trees(tmp_path / "code", BEFORE.replace("import os\n", "import os  # a comment\nX = 1\n"))
+    assert changed_lines.changed_statements(code) == {MOD: [1, 2]}  # in a file of changed code, every changed line
 
 
 def test_coverage_started_by_the_gate_measures_the_candidates_changed_file(tmp_path):

@@ -158,9 +158,9 @@ class Stages:
         started = time.time()
         code, text = code_changed(self.repo, earlier, later)
         if not code:
-            note = f"no code under vllm/ differs ({', '.join(text)}: comments or docstrings)" if text else ""
+            note = f"no code under vllm/ differs ({', '.join(text)}: comments or docstrings)"
             return core.Step(
-                earlier=earlier, later=later, verdict=core.SAME, note=note or "no file under vllm/ differs"
+                earlier=earlier, later=later, verdict=core.SAME, note=note if text else "no file under vllm/ differs"
             )
         pair = f"{earlier[:12]}-{later[:12]}"
         trees, step = self.out / "trees" / pair, self.out / "steps" / pair

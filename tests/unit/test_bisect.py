@@ -223,10 +223,9 @@ def test_the_runner_finds_the_commit_that_made_the_bench_slower(tmp_path):
     assert report.startswith(f"### Bisect: first slow build: {shas[5][:12]} commit 5 (after {shas[4][:12]} commit 4)")
 
 
-def test_a_pair_with_the_same_vllm_is_not_timed(tmp_path):
-    repo, shas = history(tmp_path, [1.0, 1.0, 1.1], docs_at=1)
-    seen: list = []
-    stages = runner.Stages(
+def kernel_stages(repo: Path, tmp_path: Path, seen: list) -> runner.Stages:
+    """The kernel bench's stages on the quick suite over ``repo``, run by :func:`standin_stages`."""
+    return runner.Stages(
         repo=repo,
         vllm="0.25.1",
         out=tmp_path / "o",
@@ -236,6 +235,12 @@ def test_a_pair_with_the_same_vllm_is_not_timed(tmp_path):
         threshold=0.03,
         run=standin_stages(repo, tmp_path, seen),
     )
+
+
+def test_a_pair_with_the_same_vllm_is_not_timed(tmp_path):
+    repo, shas = history(tmp_path, [1.0, 1.0, 1.1], docs_at=1)
+    seen: list = []
+    stages = kernel_stages(repo, tmp_path, seen)
     step = stages.judge(shas[0], shas[1])
     assert step.verdict == core.SAME and step.note == "no file under vllm/ differs" and not seen
 
@@ -243,16 +248,7 @@ def test_a_pair_with_the_same_vllm_is_not_timed(tmp_path):
 def test_a_pair_that_differs_in_comments_and_docstrings_only_is_not_timed(tmp_path):
     repo, shas = history(tmp_path, [1.0, 1.0, 1.1], comment_at=1)
     seen: list = []
-    stages = runner.Stages(
-        repo=repo,
-        vllm="0.25.1",
-        out=tmp_path / "o",
-        kind="kernel-bench",
-        suite="quick",
-        cases=None,
-        threshold=0.03,
-        run=standin_stages(repo, tmp_path, seen),
-    )
+    stages = kernel_stages(repo, tmp_path, seen)
     step = stages.judge(shas[0], shas[1])
     assert step.verdict == core.SAME and not seen
     assert step.note == "no code under vllm/ differs (vllm/speed.py: comments or docstrings)"

@@ -275,6 +275,23 @@ def resumable(path: Path, grid: str, settings: dict) -> Sweep | None:
     return sweep
 
 
+def gpu_models(gpu: dict | None) -> list[str]:
+    """The GPU names a provenance's ``gpu`` record holds (``ci.trees.provenance.collect``), in index order."""
+    return [str(g.get("name", "?")) for g in (gpu or {}).get("gpus", [])]
+
+
+def check_same_gpu(path: Path, sweep: Sweep, gpu_now: dict) -> None:
+    """Refuse to resume ``sweep`` on a GPU model other than the one it started on: a dataset times one GPU, and
+    a regret mixed from two would be neither's (nothing is changed)."""
+    started, now = gpu_models(sweep.provenance.get("gpu")), gpu_models(gpu_now)
+    if started != now:
+        raise UsageError(
+            f"--out {path.parent}: {SWEEP_FILE} there was started on {started or 'an unknown GPU'}, this machine "
+            f"has {now or 'no GPU'}; resume it on its own GPU model, or pick another --out folder for this one "
+            "(nothing was changed)"
+        )
+
+
 def time_tiles(runner, module, tiles: Sequence[int], captures: int, rounds: int) -> tuple[dict, dict]:
     """Every tile of ``tiles`` forced on ``module``, timed by the bench's method
     (``ci.timing.captures.time_in_captures``) in ``captures`` fresh captures, each with its own random pad and
@@ -420,9 +437,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = args.out / SWEEP_FILE
     sweep = resumable(path, args.grid, settings)
     gpu.require_idle_gpus(1, allow_busy=args.allow_busy)
+    gpu_now = provenance.collect(with_cuda=True)["gpu"]
     if sweep is None:
         sweep = Sweep(grid=args.grid, provenance=provenance.collect(trees, with_cuda=True), settings=settings)
-    sweep.provenance.setdefault("resumed", []).append(provenance.collect(with_cuda=True)["gpu"])
+    else:
+        check_same_gpu(path, sweep, gpu_now)
+    sweep.provenance.setdefault("resumed", []).append(gpu_now)
     sweep = run_sweep(trees, cases, sweep, path, captures=args.captures, rounds=args.rounds, budget_s=args.budget_s)
     missing = [c.id for c in cases if c.id not in sweep.done()]
     print(f"tile sweep: {len(cases) - len(missing)} of {len(cases)} cases in {path}")

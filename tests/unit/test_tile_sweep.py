@@ -96,6 +96,26 @@ def test_resume_refuses_another_sweep_and_changes_nothing(tmp_path, grid, change
     assert path.read_bytes() == before
 
 
+def test_resume_refuses_another_gpu_model_and_changes_nothing(tmp_path):
+    def gpu(*names):
+        return {"count": len(names), "gpus": [{"index": i, "name": n} for i, n in enumerate(names)]}
+
+    path = tmp_path / ts.SWEEP_FILE
+    sweep = ts.Sweep(grid="quick", provenance={"gpu": gpu("NVIDIA H200")}, settings=dict(SETTINGS), cases=[_case()])
+    sweep.save(path)
+    before = path.read_bytes()
+    ts.check_same_gpu(path, sweep, gpu("NVIDIA H200"))  # another H200 of the same model resumes it
+    for other in (gpu("NVIDIA H100 80GB HBM3"), gpu(), gpu("NVIDIA H200", "NVIDIA H200")):
+        with pytest.raises(UsageError, match=r"started on \['NVIDIA H200'\], this machine has") as err:
+            ts.check_same_gpu(path, sweep, other)
+        assert "nothing was changed" in str(err.value)
+    with pytest.raises(UsageError, match="this machine has no GPU"):
+        ts.check_same_gpu(path, sweep, gpu())
+    assert path.read_bytes() == before
+    stored = ts.load_sweep(STORED)
+    assert ts.gpu_models(stored.provenance["gpu"]) == ["NVIDIA H200"]
+
+
 @pytest.mark.parametrize(
     "edit, match",
     [

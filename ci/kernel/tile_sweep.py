@@ -11,8 +11,8 @@ build (``ci.kernel.moe_case.forced_block_size``); the builds' picks come from ru
 
 The dataset (``tile-sweep.json``, :data:`KIND`, :data:`SCHEMA_VERSION`) is written after every case (atomic
 writes), so a sweep stopped by ``--budget-s`` or by the machine resumes where it stopped with the same command;
-a file of another grid, other settings or another vLLM is refused, never overwritten. The analysis (regret of
-each rule, the fitted rule) is to come (issue 43).
+a file of another grid, other settings or another vLLM, or one begun on another GPU model, is refused, never
+overwritten. The analysis (regret of each rule, the fitted rule) is ``ci.kernel.tile_oracle``.
 
 Usage: ``python -m ci.kernel.tile_sweep --manifest M [--grid full|quick] [--captures 6] [--rounds 1]
 [--budget-s S] --out DIR``

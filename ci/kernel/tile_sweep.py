@@ -281,14 +281,15 @@ def gpu_models(gpu: dict | None) -> list[str]:
 
 
 def check_same_gpu(path: Path, sweep: Sweep, gpu_now: dict) -> None:
-    """Refuse to resume ``sweep`` on a GPU model other than the one it started on: a dataset times one GPU, and
-    a regret mixed from two would be neither's (nothing is changed)."""
-    started, now = gpu_models(sweep.provenance.get("gpu")), gpu_models(gpu_now)
+    """Refuse to resume ``sweep`` on a GPU model other than the one it started on: a dataset times one GPU, the
+    first visible one (``cuda:0``; the record lists the visible GPUs in order), and a regret mixed from two models
+    would be neither's (nothing is changed)."""
+    started, now = gpu_models(sweep.provenance.get("gpu"))[:1], gpu_models(gpu_now)[:1]
     if started != now:
         raise UsageError(
-            f"--out {path.parent}: {SWEEP_FILE} there was started on {started or 'an unknown GPU'}, this machine "
-            f"has {now or 'no GPU'}; resume it on its own GPU model, or pick another --out folder for this one "
-            "(nothing was changed)"
+            f"--out {path.parent}: {SWEEP_FILE} there was started on {started[0] if started else 'an unknown GPU'}, "
+            f"this machine times on {now[0] if now else 'no GPU'}; resume it on its own GPU model, or pick another "
+            "--out folder for this one (nothing was changed)"
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -105,12 +106,15 @@ def test_resume_refuses_another_gpu_model_and_changes_nothing(tmp_path):
     sweep.save(path)
     before = path.read_bytes()
     ts.check_same_gpu(path, sweep, gpu("NVIDIA H200"))  # another H200 of the same model resumes it
-    for other in (gpu("NVIDIA H100 80GB HBM3"), gpu(), gpu("NVIDIA H200", "NVIDIA H200")):
-        with pytest.raises(UsageError, match=r"started on \['NVIDIA H200'\], this machine has") as err:
+    ts.check_same_gpu(path, sweep, gpu("NVIDIA H200", "NVIDIA H100 80GB HBM3"))  # the sweep times on the first
+    for other in (gpu("NVIDIA H100 80GB HBM3"), gpu(), gpu("NVIDIA H100 80GB HBM3", "NVIDIA H200")):
+        with pytest.raises(UsageError, match="started on NVIDIA H200, this machine times on") as err:
             ts.check_same_gpu(path, sweep, other)
         assert "nothing was changed" in str(err.value)
-    with pytest.raises(UsageError, match="this machine has no GPU"):
+    with pytest.raises(UsageError, match="this machine times on no GPU"):
         ts.check_same_gpu(path, sweep, gpu())
+    with pytest.raises(UsageError, match="started on an unknown GPU, this machine times on NVIDIA H200"):
+        ts.check_same_gpu(path, dataclasses.replace(sweep, provenance={}), gpu("NVIDIA H200"))
     assert path.read_bytes() == before
     stored = ts.load_sweep(STORED)
     assert ts.gpu_models(stored.provenance["gpu"]) == ["NVIDIA H200"]

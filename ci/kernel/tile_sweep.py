@@ -275,21 +275,22 @@ def resumable(path: Path, grid: str, settings: dict) -> Sweep | None:
     return sweep
 
 
-def gpu_models(gpu: dict | None) -> list[str]:
-    """The GPU names a provenance's ``gpu`` record holds (``ci.trees.provenance.collect``), in index order."""
-    return [str(g.get("name", "?")) for g in (gpu or {}).get("gpus", [])]
+def timing_gpu(gpu: dict | None) -> str | None:
+    """The model of the GPU a sweep times on, from a provenance's ``gpu`` record (``ci.trees.provenance.collect``):
+    the first visible one (``cuda:0``; the record lists the visible GPUs in order), None where there is none."""
+    gpus = (gpu or {}).get("gpus") or []
+    return str(gpus[0].get("name", "?")) if gpus else None
 
 
 def check_same_gpu(path: Path, sweep: Sweep, gpu_now: dict) -> None:
-    """Refuse to resume ``sweep`` on a GPU model other than the one it started on: a dataset times one GPU, the
-    first visible one (``cuda:0``; the record lists the visible GPUs in order), and a regret mixed from two models
-    would be neither's (nothing is changed)."""
-    started, now = gpu_models(sweep.provenance.get("gpu"))[:1], gpu_models(gpu_now)[:1]
+    """Refuse to resume ``sweep`` on a GPU model other than the one it started on (:func:`timing_gpu`): a regret
+    mixed from two models would be neither's (nothing is changed)."""
+    started, now = timing_gpu(sweep.provenance.get("gpu")), timing_gpu(gpu_now)
     if started != now:
         raise UsageError(
-            f"--out {path.parent}: {SWEEP_FILE} there was started on {started[0] if started else 'an unknown GPU'}, "
-            f"this machine times on {now[0] if now else 'no GPU'}; resume it on its own GPU model, or pick another "
-            "--out folder for this one (nothing was changed)"
+            f"--out {path.parent}: {SWEEP_FILE} there was started on {started or 'an unknown GPU'}, this machine "
+            f"times on {now or 'no GPU'}; resume it on its own GPU model, or pick another --out folder for this one "
+            "(nothing was changed)"
         )
 
 

@@ -117,7 +117,7 @@ def test_resume_refuses_another_gpu_model_and_changes_nothing(tmp_path):
         ts.check_same_gpu(path, dataclasses.replace(sweep, provenance={}), gpu("NVIDIA H200"))
     assert path.read_bytes() == before
     stored = ts.load_sweep(STORED)
-    assert ts.gpu_models(stored.provenance["gpu"]) == ["NVIDIA H200"]
+    assert ts.timing_gpu(stored.provenance["gpu"]) == "NVIDIA H200"
 
 
 @pytest.mark.parametrize(

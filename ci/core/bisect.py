@@ -31,6 +31,7 @@ from ci.core.errors import UsageError
 FAIL, PASS, INCONCLUSIVE, SAME = "FAIL", "PASS", "INCONCLUSIVE", "SAME"  # SAME: no file under test differs
 VERDICTS = (FAIL, PASS, INCONCLUSIVE, SAME)
 FOUND, NOT_CONFIRMED, UNDECIDED = "found", "not confirmed", "undecided"
+BEFORE_COMPILED = "before compiled changes"  # the part sharing the last build's compiled code holds no slowdown
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +59,8 @@ class Outcome:
     last_good: str
     first_bad: str
     steps: list[Step] = field(default_factory=list)
+    earlier: tuple[str, ...] = ()  # builds before ``builds`` that a compiled change keeps out of the in-process A/B
+    compiled: tuple[str, ...] = ()  # the builds among ``earlier`` and ``builds[0]`` that change compiled code
 
     @property
     def seconds(self) -> float:
@@ -108,6 +111,34 @@ def bisect(builds: Sequence[str], judge: Callable[[str, str], Step]) -> Outcome:
     return outcome
 
 
+def bisect_past_compiled(builds: Sequence[str], compiled: Sequence[int], judge: Callable[[str, str], Step]) -> Outcome:
+    """The bisect of ``builds`` when those at the indices ``compiled`` change compiled code (a release's kernels).
+
+    Only builds that share compiled code can be an in-process A/B, and the trees hold the last build's kernels,
+    so the part from the last compiled change to the last build (``builds[k:]``) is bisected by the rule above.
+    A slowdown found there is the answer. When that part's ends are not apart, any slowdown from the first build
+    on lies at or before ``builds[k]``, across the compiled changes: the outcome is ``BEFORE_COMPILED`` and names
+    them, for builds from source. Without compiled changes this is :func:`bisect`."""
+    builds = tuple(builds)
+    if not compiled:
+        return bisect(builds, judge)
+    if any(not 0 < i < len(builds) for i in compiled):
+        raise UsageError(
+            f"compiled changes at {sorted(compiled)}: each must be a build after the first of {len(builds)}"
+        )
+    k = max(compiled)
+    if k == len(builds) - 1:
+        raise UsageError(
+            f"the last build {builds[-1]} itself changes compiled code, so no build before it shares its kernels: "
+            "give a later --bad, or build vLLM from source at both ends"
+        )
+    outcome = bisect(builds[k:], judge)
+    outcome.earlier, outcome.compiled = builds[:k], tuple(builds[i] for i in sorted(compiled))
+    if outcome.status == NOT_CONFIRMED:
+        outcome.status, outcome.last_good, outcome.first_bad = BEFORE_COMPILED, builds[0], builds[k]
+    return outcome
+
+
 def headline(outcome: Outcome) -> str:
     """One sentence: what the bisect found."""
     if outcome.status == NOT_CONFIRMED:
@@ -115,6 +146,15 @@ def headline(outcome: Outcome) -> str:
         return (
             f"not confirmed: {outcome.builds[-1]} against {outcome.builds[0]} is {first.verdict} "
             f"({first.worst or 'no case slower'}); nothing to bisect"
+        )
+    if outcome.status == BEFORE_COMPILED:
+        first = outcome.steps[0]
+        return (
+            f"not after the compiled changes: {outcome.builds[-1]} against {outcome.builds[0]} is {first.verdict} "
+            f"({first.worst or 'no case slower'}); a slowdown since {outcome.earlier[0]} lies at or before "
+            f"{outcome.first_bad}, across {len(outcome.compiled)} build(s) that change compiled code "
+            f"({', '.join(outcome.compiled)}): build vLLM from source there and judge each pair with "
+            "nox -s gpu_gate -- --vllm installed"
         )
     if outcome.status == UNDECIDED:
         return (
@@ -135,6 +175,15 @@ def markdown(outcome: Outcome) -> str:
         "",
         f"{len(outcome.builds)} builds, {len(outcome.steps)} steps (at most {planned_steps(len(outcome.builds))} "
         f"when none is INCONCLUSIVE), {outcome.seconds:.0f} s.",
+        *(
+            [
+                "",
+                f"Not timed: the {len(outcome.earlier)} build(s) from {outcome.earlier[0]} to {outcome.earlier[-1]}, "
+                f"whose compiled code is not {outcome.builds[-1]}'s (compiled changes: {', '.join(outcome.compiled)}).",
+            ]
+            if outcome.earlier
+            else []
+        ),
         "",
         "| step | base (earlier) | candidate (later) | verdict | cases FAIL | slowest case, ratio [95%] | s | "
         "evidence |",

@@ -8,14 +8,19 @@ bench (the Marlin kernel bench by default, ``--subject triton-moe-bench``, or TP
 A/B verdict. The first step judges the two ends on ``--suite`` (or ``--cases``); the steps after it time only
 the cases that FAILed there, the cases that moved. A pair whose commits hold the same code under ``vllm/``
 (files that differ only in comments, docstrings or layout: ``ci.trees.treediff.same_code``) is ``SAME`` without
-timing. A range with a commit that changes compiled sources (``csrc/``, CMake, ``setup.py``, ``*.cu``)
-cannot be bisected this way: the run stops before any step, naming each such commit (build vLLM from source at
-both ends and use ``nox -s gpu_gate -- --vllm installed`` on each instead).
+timing. A commit that changes compiled sources (``csrc/``, CMake, ``setup.py``, ``*.cu``) cannot be an in-process
+A/B with the commit before it: the trees hold one release's kernels, ``--vllm``, which must be ``--bad``'s compiled
+code, so only the commits from the last such change to ``--bad`` are bisected
+(``ci.core.bisect.bisect_past_compiled``; ``--good v0.25.0 --bad v0.25.1 --vllm 0.25.1`` bisects the part of a
+release range after its last compiled change). When that part holds no slowdown, the report names the compiled
+changes the slowdown must lie at or before (build vLLM from source there and use ``nox -s gpu_gate -- --vllm
+installed``). A ``--bad`` that itself changes compiled sources is refused before any step.
 
 Outputs, in ``--out`` (default ``.gate/out/bisect``): ``bisect.json`` (kind ``gate-bisect``) and ``bisect.md``
 (every step with its verdict, slowest case and evidence), and ``steps/<earlier>-<later>/`` with each step's
 results, verdict and report; ``trees/`` holds the builds. Exit code: 1 when a first slow commit is found
-(a regression), 0 when the ends are not confirmed apart, 3 when undecided, a stage's own code when it fails.
+(a regression), 0 when the ends are not confirmed apart, 3 when undecided, 9 when the timed part holds no
+slowdown and the rest needs builds from source, a stage's own code when it fails.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ CODES = {
     core.FOUND: int(ExitCode.FAILED),
     core.NOT_CONFIRMED: int(ExitCode.OK),
     core.UNDECIDED: int(ExitCode.INCONCLUSIVE),
+    core.BEFORE_COMPILED: int(ExitCode.ENVIRONMENT),  # the builds that would decide it need compiling from source
 }
 
 
@@ -100,13 +106,13 @@ def code_changed(repo: Path, earlier: str, later: str) -> tuple[list[str], list[
     return code, text
 
 
-def compiled_steps(repo: Path, commits: Sequence[str]) -> list[str]:
-    """Each commit of the line that changes compiled sources, as 'sha: files'."""
-    found = []
-    for earlier, later in itertools.pairwise(commits):
+def compiled_steps(repo: Path, commits: Sequence[str]) -> dict[int, str]:
+    """Each commit of the line that changes compiled sources: its index, and 'sha: files'."""
+    found = {}
+    for i, (earlier, later) in enumerate(itertools.pairwise(commits), 1):
         files = [p for p in changed(repo, earlier, later) if is_compiled(p)]
         if files:
-            found.append(f"{later[:12]}: {', '.join(files[:4])}")
+            found[i] = f"{later[:12]}: {', '.join(files[:4])}"
     return found
 
 
@@ -231,8 +237,9 @@ def step_of(verdict_path: Path, earlier: str, later: str, seconds: float) -> cor
     )
 
 
-def run_bisect(commits: Sequence[str], stages: Stages) -> core.Outcome:
-    """The bisect over ``commits``; after the first step, only its FAILed cases are timed."""
+def run_bisect(commits: Sequence[str], stages: Stages, compiled: Sequence[int] = ()) -> core.Outcome:
+    """The bisect over ``commits`` (those at the indices ``compiled`` change compiled sources:
+    ``ci.core.bisect.bisect_past_compiled``); after the first step, only its FAILed cases are timed."""
     first_done = []
 
     def judge(earlier: str, later: str) -> core.Step:
@@ -243,7 +250,7 @@ def run_bisect(commits: Sequence[str], stages: Stages) -> core.Outcome:
                 stages.cases = ",".join(step.failed)
         return step
 
-    return core.bisect(commits, judge)
+    return core.bisect_past_compiled(commits, compiled, judge)
 
 
 def payload_of(outcome: core.Outcome, repo: Path, stages: Stages) -> dict:
@@ -267,6 +274,8 @@ def payload_of(outcome: core.Outcome, repo: Path, stages: Stages) -> dict:
         "threshold": stages.threshold,
         "status": outcome.status,
         "commits": list(outcome.builds),
+        "not_timed": list(outcome.earlier),  # commits whose compiled code is not --bad's
+        "compiled": list(outcome.compiled),  # the commits that change compiled sources
         "last_good": outcome.last_good,
         "first_bad": outcome.first_bad,
         "seconds": round(outcome.seconds, 1),
@@ -293,11 +302,18 @@ def main(argv: Sequence[str] | None = None, run: Callable[[list[str]], int] | No
     check_own_report(args.out, JSON_NAME, MD_NAME, kind=KIND, version=SCHEMA_VERSION)
     commits = commits_between(args.vllm_src, args.good, args.bad)
     compiled = compiled_steps(args.vllm_src, commits)
-    if compiled:
+    if compiled and max(compiled) == len(commits) - 1:
         raise UsageError(
-            f"{len(compiled)} commit(s) between --good and --bad change compiled sources, which the trees (vllm/ "
-            f"over the release's kernels) cannot hold: {'; '.join(compiled[:6])}; bisect a range without them, or "
-            "build vLLM from source at each end and run nox -s gpu_gate -- --vllm installed"
+            f"--bad {args.bad} itself changes compiled sources ({compiled[max(compiled)]}), so no commit before it "
+            "shares its kernels: give a later --bad, or build vLLM from source at each end and run "
+            "nox -s gpu_gate -- --vllm installed"
+        )
+    if compiled:
+        print(
+            f"bisect: {len(compiled)} commit(s) change compiled sources ({'; '.join(list(compiled.values())[:6])}); "
+            f"only the commits from the last of them on share --bad's kernels (--vllm {args.vllm} must be that "
+            "code's release) and are timed",
+            flush=True,
         )
     stages = Stages(
         repo=args.vllm_src,
@@ -310,9 +326,10 @@ def main(argv: Sequence[str] | None = None, run: Callable[[list[str]], int] | No
         tpot_profile=args.profile,
         run=run,
     )
-    print(f"bisect: {len(commits)} commits, at most {core.planned_steps(len(commits))} steps", flush=True)
+    timed = len(commits) - max(compiled, default=0)
+    print(f"bisect: {timed} commits, at most {core.planned_steps(timed)} steps", flush=True)
     try:
-        outcome = run_bisect(commits, stages)
+        outcome = run_bisect(commits, stages, sorted(compiled))
     except StageFailed as exc:
         print(f"bisect: stopped: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -323,6 +340,8 @@ def main(argv: Sequence[str] | None = None, run: Callable[[list[str]], int] | No
         last_good=names[outcome.last_good],
         first_bad=names[outcome.first_bad],
         steps=[dataclasses.replace(s, earlier=names[s.earlier], later=names[s.later]) for s in outcome.steps],
+        earlier=tuple(names[c] for c in outcome.earlier),
+        compiled=tuple(names[c] for c in outcome.compiled),
     )
     write_report(args.out, JSON_NAME, MD_NAME, payload_of(outcome, args.vllm_src, stages), core.markdown(shown))
     return CODES[outcome.status]

@@ -129,6 +129,51 @@ def test_the_report_lists_every_step_with_its_evidence():
     assert len(rows) == len(outcome.steps) and rows[0].startswith("| 1 | c0 | c8 | FAIL | 1 | case 1.0500")
 
 
+def test_past_compiled_changes_only_the_part_sharing_the_last_builds_kernels_is_judged():
+    names = builds(8)  # c3 and c5 change compiled code: only c5..c7 share c7's kernels
+    calls: list = []
+    late = core.bisect_past_compiled(
+        names, [5, 3], judge_by_levels({**dict.fromkeys(names, 1.0), "c7": 1.1}, calls=calls)
+    )
+    assert late.status == core.FOUND and (late.last_good, late.first_bad) == ("c6", "c7")
+    assert all(a in names[5:] and b in names[5:] for a, b in calls)
+    assert late.builds == tuple(names[5:]) and late.earlier == tuple(names[:5]) and late.compiled == ("c3", "c5")
+    calls.clear()
+    levels = {b: 1.0 if i < 2 else 1.1 for i, b in enumerate(names)}  # c2 is the slow one, before c5
+    early = core.bisect_past_compiled(names, [3, 5], judge_by_levels(levels, calls=calls))
+    assert calls == [("c5", "c7")] and early.status == core.BEFORE_COMPILED
+    assert (early.last_good, early.first_bad) == ("c0", "c5")
+    assert core.headline(early) == (
+        "not after the compiled changes: c7 against c5 is PASS (case 1.0000); a slowdown since c0 lies at or before "
+        "c5, across 2 build(s) that change compiled code (c3, c5): build vLLM from source there and judge each "
+        "pair with nox -s gpu_gate -- --vllm installed"
+    )
+    assert (
+        "\nNot timed: the 5 build(s) from c0 to c4, whose compiled code is not c7's (compiled changes: c3, c5).\n"
+        in (core.markdown(early))
+    )
+    plain = core.bisect_past_compiled(names, [], judge_by_levels(levels))
+    assert plain.status == core.FOUND and plain.first_bad == "c2" and plain.earlier == plain.compiled == ()
+    assert "Not timed" not in core.markdown(plain) and "Not timed" in core.markdown(late)
+    undecided = core.bisect_past_compiled(builds(5), [1], judge_by_levels({f"c{i}": 1.012**i for i in range(5)}))
+    assert undecided.status == core.UNDECIDED and (undecided.last_good, undecided.first_bad) == ("c1", "c4")
+
+
+@pytest.mark.parametrize(
+    "compiled, match",
+    [
+        ([7], "the last build c7 itself changes compiled code"),
+        ([0], r"compiled changes at \[0\]"),
+        ([8, 2], r"at \[2, 8\]"),
+    ],
+)
+def test_past_compiled_refuses_what_no_kernels_can_hold(compiled, match):
+    calls: list = []
+    with pytest.raises(UsageError, match=match):
+        core.bisect_past_compiled(builds(8), compiled, judge_by_levels(dict.fromkeys(builds(8), 1.0), calls=calls))
+    assert not calls
+
+
 # --- the runner over a real git history ---------------------------------------------------------------------
 
 
@@ -257,21 +302,45 @@ def test_a_pair_that_differs_in_comments_and_docstrings_only_is_not_timed(tmp_pa
     assert stages.judge(shas[1], shas[2]).verdict == core.FAIL and seen
 
 
-def test_ends_not_apart_exit_0_and_a_compiled_commit_stops_the_run_before_any_step(tmp_path):
+def test_ends_not_apart_exit_0_and_a_compiled_commit_as_bad_stops_the_run_before_any_step(tmp_path):
     repo, shas = history(tmp_path, [1.0, 1.0, 1.005])
     out = tmp_path / "out"
     seen: list = []
     base = ["--vllm-src", str(repo), "--good", shas[0], "--bad", shas[-1], "--suite", "quick"]
     assert runner.main([*base, "--out", str(out)], run=standin_stages(repo, tmp_path, seen)) == 0
     assert json.loads((out / runner.JSON_NAME).read_text())["status"] == core.NOT_CONFIRMED
-    repo2, shas2 = history(tmp_path / "b", [1.0, 1.0, 1.1], compiled_at=1)
+    repo2, shas2 = history(tmp_path / "b", [1.0, 1.0, 1.1], compiled_at=2)
     seen.clear()
-    with pytest.raises(UsageError, match=rf"1 commit\(s\) .* compiled sources.*{shas2[1][:12]}: csrc/moe.cu"):
+    with pytest.raises(UsageError, match=rf"--bad {shas2[2]} itself changes compiled sources \({shas2[2][:12]}: csrc"):
         runner.main(
             ["--vllm-src", str(repo2), "--good", shas2[0], "--bad", shas2[-1], "--out", str(tmp_path / "o2")],
             run=standin_stages(repo2, tmp_path, seen),
         )
     assert not seen and not (tmp_path / "o2").exists()
+
+
+def test_a_range_with_a_compiled_change_times_only_the_commits_after_it(tmp_path):
+    # c2 changes csrc/: c2..c4 share --bad's kernels. A slowdown at c3 is found; one at c1 is named as before c2.
+    repo, shas = history(tmp_path, [1.0, 1.0, 1.0, 1.1, 1.1], compiled_at=2)
+    seen: list = []
+    out = tmp_path / "late"
+    argv = ["--vllm-src", str(repo), "--good", shas[0], "--bad", shas[-1], "--suite", "quick", "--out", str(out)]
+    assert runner.main(argv, run=standin_stages(repo, tmp_path, seen)) == int(ExitCode.FAILED)
+    report = json.loads((out / runner.JSON_NAME).read_text())
+    assert report["first_bad"] == shas[3] and report["commits"] == shas[2:]
+    assert report["not_timed"] == shas[:2] and report["compiled"] == [shas[2]]
+    refs = {(a[a.index("--base-ref") + 1], a[a.index("--head-ref") + 1]) for a in seen if "--base-ref" in a}
+    assert refs and all(b in shas[2:] and h in shas[2:] for b, h in refs)
+    repo2, shas2 = history(tmp_path / "b", [1.0, 1.1, 1.1, 1.1, 1.1], compiled_at=2)
+    out2 = tmp_path / "early"
+    argv2 = ["--vllm-src", str(repo2), "--good", shas2[0], "--bad", shas2[-1], "--suite", "quick", "--out", str(out2)]
+    assert runner.main(argv2, run=standin_stages(repo2, tmp_path, [])) == int(ExitCode.ENVIRONMENT)
+    report2 = json.loads((out2 / runner.JSON_NAME).read_text())
+    assert report2["status"] == core.BEFORE_COMPILED and report2["first_bad"] == shas2[2]
+    assert report2["last_good"] == shas2[0] and report2["compiled"] == [shas2[2]]
+    text = (out2 / runner.MD_NAME).read_text()
+    assert f"lies at or before {shas2[2][:12]} commit 2, across 1 build(s) that change compiled code" in text
+    assert f"Not timed: the 2 build(s) from {shas2[0][:12]} commit 0 to {shas2[1][:12]} commit 1" in text
 
 
 def test_bad_refs_and_a_foreign_folder_are_refused_with_the_fix(tmp_path):

@@ -151,7 +151,7 @@ def headline(outcome: Outcome) -> str:
         first = outcome.steps[0]
         return (
             f"not after the compiled changes: {outcome.builds[-1]} against {outcome.builds[0]} is {first.verdict} "
-            f"({first.worst or 'no case slower'}); a slowdown since {outcome.earlier[0]} lies at or before "
+            f"({first.worst or 'no case slower'}); any slowdown since {outcome.earlier[0]} lies at or before "
             f"{outcome.first_bad}, across {len(outcome.compiled)} build(s) that change compiled code "
             f"({', '.join(outcome.compiled)}): build vLLM from source there and judge each pair with "
             "nox -s gpu_gate -- --vllm installed"

@@ -144,7 +144,7 @@ def test_past_compiled_changes_only_the_part_sharing_the_last_builds_kernels_is_
     assert calls == [("c5", "c7")] and early.status == core.BEFORE_COMPILED
     assert (early.last_good, early.first_bad) == ("c0", "c5")
     assert core.headline(early) == (
-        "not after the compiled changes: c7 against c5 is PASS (case 1.0000); a slowdown since c0 lies at or before "
+        "not after the compiled changes: c7 against c5 is PASS (case 1.0000); any slowdown since c0 lies at or before "
         "c5, across 2 build(s) that change compiled code (c3, c5): build vLLM from source there and judge each "
         "pair with nox -s gpu_gate -- --vllm installed"
     )

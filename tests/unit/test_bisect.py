@@ -149,9 +149,11 @@ def test_past_compiled_changes_only_the_part_sharing_the_last_builds_kernels_is_
         "pair with nox -s gpu_gate -- --vllm installed"
     )
     assert (
-        "\nNot timed: the 5 build(s) from c0 to c4, whose compiled code is not c7's (compiled changes: c3, c5).\n"
-        in (core.markdown(early))
+        " s.\n\nNot timed: the 5 build(s) from c0 to c4, whose compiled code is not c7's (compiled changes: c3, "
+        "c5).\n\n| step |" in core.markdown(early)
     )
+    same = core.bisect_past_compiled(names, [6], lambda a, b: core.Step(earlier=a, later=b, verdict=core.SAME))
+    assert "c7 against c6 is SAME (no case slower); any slowdown since c0" in core.headline(same)
     plain = core.bisect_past_compiled(names, [], judge_by_levels(levels))
     assert plain.status == core.FOUND and plain.first_bad == "c2" and plain.earlier == plain.compiled == ()
     assert "Not timed" not in core.markdown(plain) and "Not timed" in core.markdown(late)
@@ -162,7 +164,11 @@ def test_past_compiled_changes_only_the_part_sharing_the_last_builds_kernels_is_
 @pytest.mark.parametrize(
     "compiled, match",
     [
-        ([7], "the last build c7 itself changes compiled code"),
+        (
+            [7],
+            "^the last build c7 itself changes compiled code, so no build before it shares its kernels: give a "
+            "later --bad, or build vLLM from source at both ends$",
+        ),
         ([0], r"compiled changes at \[0\]"),
         ([8, 2], r"at \[2, 8\]"),
     ],

@@ -130,7 +130,7 @@ def bisect_past_compiled(builds: Sequence[str], compiled: Sequence[int], judge: 
     if k == len(builds) - 1:
         raise UsageError(
             f"the last build {builds[-1]} itself changes compiled code, so no build before it shares its kernels: "
-            "give a later --bad, or build vLLM from source at both ends"
+            "give a later --bad, or judge the two ends with builds from source"
         )
     outcome = bisect(builds[k:], judge)
     outcome.earlier, outcome.compiled = builds[:k], tuple(builds[i] for i in sorted(compiled))
@@ -153,8 +153,7 @@ def headline(outcome: Outcome) -> str:
             f"not after the compiled changes: {outcome.builds[-1]} against {outcome.builds[0]} is {first.verdict} "
             f"({first.worst or 'no case slower'}); any slowdown since {outcome.earlier[0]} lies at or before "
             f"{outcome.first_bad}, across {len(outcome.compiled)} build(s) that change compiled code "
-            f"({', '.join(outcome.compiled)}): build vLLM from source there and judge each pair with "
-            "nox -s gpu_gate -- --vllm installed"
+            f"({', '.join(outcome.compiled)}): judge each pair there with builds from source"
         )
     if outcome.status == UNDECIDED:
         return (

@@ -47,6 +47,11 @@ from ci.trees.refpatch import git_bytes, git_text, has_commit
 from ci.trees.treediff import same_code
 
 ROOT = Path(__file__).resolve().parents[2]
+FROM_SOURCE = (  # the how of the core's "builds from source", for vLLM
+    "Builds from source: build vLLM from source at the commits between the two the headline names (at least at "
+    "each compiled change and the commit before it) and judge each pair with `nox -s gpu_gate -- --vllm installed`."
+)
+STEP_CONTRACT = Path(__file__).with_name("bisect-contract.py")  # two commits: every path may change, no rule
 KIND, SCHEMA_VERSION = "gate-bisect", 1
 JSON_NAME, MD_NAME = "bisect.json", "bisect.md"
 TPOT = "tpot"
@@ -183,7 +188,7 @@ class Stages:
             "--head-ref",
             later,
             "--contract",
-            "none",
+            str(STEP_CONTRACT),
             "--out",
             str(trees),
         ]
@@ -343,7 +348,10 @@ def main(argv: Sequence[str] | None = None, run: Callable[[list[str]], int] | No
         earlier=tuple(names[c] for c in outcome.earlier),
         compiled=tuple(names[c] for c in outcome.compiled),
     )
-    write_report(args.out, JSON_NAME, MD_NAME, payload_of(outcome, args.vllm_src, stages), core.markdown(shown))
+    text = core.markdown(shown)
+    if outcome.status == core.BEFORE_COMPILED:
+        text = f"{text.rstrip()}\n\n{FROM_SOURCE}\n"
+    write_report(args.out, JSON_NAME, MD_NAME, payload_of(outcome, args.vllm_src, stages), text)
     return CODES[outcome.status]
 
 

@@ -10,7 +10,8 @@ checks. A contract adds what only the change's author can say:
 * exact rules (``fused_block_size_m``, ``batched_block_size_m``): the block size it must pick, per call;
 * ``ENTRY_MODULE``: the module the candidate is loaded through, its subject's entry (default: Marlin's
   ``marlin_moe``; a Triton fused-MoE change names ``fused_moe.fused_moe``, and its rule ``triton_config``
-  gives the config under EP from the spec's configs for ``M`` and for ``ceil(M * E / G)`` rows);
+  gives the config under EP from the spec's configs for ``M`` and for ``ceil(M * E / G)`` rows; ``None``:
+  chosen as without a contract, the subject entry that reaches every changed module);
 * ``SETTINGS``: named environment settings the rules are checked under (``{"default": {}}`` when absent),
   e.g. an opt-in variable whose default must leave everything as it was.
 
@@ -63,7 +64,8 @@ class Contract:
     fused_block_size_m: Callable[..., int] | None = None
     batched_block_size_m: Callable[..., int] | None = None
     triton_config: Callable[..., dict] | None = None  # the Triton fused-MoE config under EP (ci.triton_moe)
-    entry_module: str = ENTRY_MODULE  # the module the candidate is loaded through: the subject's entry
+    entry_module: str | None = ENTRY_MODULE  # the module the candidate is loaded through: the subject's entry
+    # (None: the build chooses it as without a contract, ci.trees.variants.choose_entry)
 
     @property
     def rules(self) -> list[str]:
@@ -347,10 +349,11 @@ def load_contract(path: Path) -> Contract:
     if settings[DEFAULT_SETTING]:
         raise ContractError(f"{path}: SETTINGS[{DEFAULT_SETTING!r}] must be empty: it is what a user gets by default")
     entry = getattr(module, "ENTRY_MODULE", ENTRY_MODULE)
-    if not isinstance(entry, str) or entry not in ENTRY_MODULES:
+    if entry is not None and (not isinstance(entry, str) or entry not in ENTRY_MODULES):
         raise ContractError(
             f"{path}: ENTRY_MODULE must be the entry module of one of the gate's subjects "
-            f"({', '.join(ENTRY_MODULES)}), found {entry!r}: the gate has tests for those only"
+            f"({', '.join(ENTRY_MODULES)}), or None for the one that reaches every changed module, found "
+            f"{entry!r}: the gate has tests for those only"
         )
     rules = {r: getattr(module, r, None) for r in _RULES}
     bad = [r for r, f in rules.items() if f is not None and not callable(f)]

@@ -145,8 +145,7 @@ def test_past_compiled_changes_only_the_part_sharing_the_last_builds_kernels_is_
     assert (early.last_good, early.first_bad) == ("c0", "c5")
     assert core.headline(early) == (
         "not after the compiled changes: c7 against c5 is PASS (case 1.0000); any slowdown since c0 lies at or before "
-        "c5, across 2 build(s) that change compiled code (c3, c5): build vLLM from source there and judge each "
-        "pair with nox -s gpu_gate -- --vllm installed"
+        "c5, across 2 build(s) that change compiled code (c3, c5): judge each pair there with builds from source"
     )
     assert (
         " s.\n\nNot timed: the 5 build(s) from c0 to c4, whose compiled code is not c7's (compiled changes: c3, "
@@ -167,7 +166,7 @@ def test_past_compiled_changes_only_the_part_sharing_the_last_builds_kernels_is_
         (
             [7],
             "^the last build c7 itself changes compiled code, so no build before it shares its kernels: give a "
-            "later --bad, or build vLLM from source at both ends$",
+            "later --bad, or judge the two ends with builds from source$",
         ),
         ([0], r"compiled changes at \[0\]"),
         ([8, 2], r"at \[2, 8\]"),
@@ -269,7 +268,7 @@ def test_the_runner_finds_the_commit_that_made_the_bench_slower(tmp_path):
     assert "--cases" not in benches[0] and benches[1][benches[1].index("--cases") + 1] == ",".join(first["failed"])
     builds = [a for a in seen if a[2] == "ci.trees.build"]
     assert builds[0][builds[0].index("--base-ref") + 1 :][:3] == [shas[0], "--head-ref", shas[8]]
-    assert "--contract" in builds[0] and builds[0][builds[0].index("--contract") + 1] == "none"
+    assert "--contract" in builds[0] and builds[0][builds[0].index("--contract") + 1] == str(runner.STEP_CONTRACT)
     report = (out / runner.MD_NAME).read_text()
     assert report.startswith(f"### Bisect: first slow build: {shas[5][:12]} commit 5 (after {shas[4][:12]} commit 4)")
 
@@ -325,6 +324,12 @@ def test_ends_not_apart_exit_0_and_a_compiled_commit_as_bad_stops_the_run_before
     assert not seen and not (tmp_path / "o2").exists()
 
 
+FROM_SOURCE_TEXT = (
+    "Builds from source: build vLLM from source at the commits between the two the headline names (at least at "
+    "each compiled change and the commit before it) and judge each pair with `nox -s gpu_gate -- --vllm installed`."
+)
+
+
 def test_a_range_with_a_compiled_change_times_only_the_commits_after_it(tmp_path):
     # c2 changes csrc/: c2..c4 share --bad's kernels. A slowdown at c3 is found; one at c1 is named as before c2.
     repo, shas = history(tmp_path, [1.0, 1.0, 1.0, 1.1, 1.1], compiled_at=2)
@@ -347,6 +352,8 @@ def test_a_range_with_a_compiled_change_times_only_the_commits_after_it(tmp_path
     text = (out2 / runner.MD_NAME).read_text()
     assert f"lies at or before {shas2[2][:12]} commit 2, across 1 build(s) that change compiled code" in text
     assert f"Not timed: the 2 build(s) from {shas2[0][:12]} commit 0 to {shas2[1][:12]} commit 1" in text
+    assert text.endswith(f"\n\n{runner.FROM_SOURCE}\n")
+    assert FROM_SOURCE_TEXT == runner.FROM_SOURCE and runner.FROM_SOURCE not in (out / runner.MD_NAME).read_text()
 
 
 def test_bad_refs_and_a_foreign_folder_are_refused_with_the_fix(tmp_path):

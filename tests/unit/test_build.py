@@ -458,3 +458,30 @@ def test_the_entry_module_is_the_contracts_or_the_subject_entry_that_runs_the_ch
     with pytest.raises(PatchError, match=r"vllm/layers/other\.py is not imported by vllm\.model_executor.*marlin_moe"):
         variants.choose_entry(trees.manifest.changed_files, trees.candidate, source="p", declared=ENTRY_MODULE)
     assert variants.choose_entry(trees.manifest.changed_files, trees.candidate, source="p", declared=triton) == triton
+
+
+def test_a_bisect_step_declares_every_path_and_chooses_the_entry_as_without_a_contract(tmp_path):
+    """Issue 41, on the H100: the bisect built its steps without a contract, so a commit that moves the tile
+    threshold (and so the non-EP tile) was refused by the bench as an undeclared non-EP change, and the bisect
+    stopped. A step's contract (``ci/runner/bisect-contract.py``) declares every path, checks no rule and lets
+    the build choose the entry module as without a contract (Triton's, for a module only it imports)."""
+    from ci.runner.bisect import STEP_CONTRACT
+    from ci.trees import contracts, variants
+
+    step = contracts.load_contract(STEP_CONTRACT)
+    assert [contracts.may_change(step, p) for p in contracts.PATHS] == [True, True, True]
+    assert step.rules == [] and step.entry_module is None and step.settings == {contracts.DEFAULT_SETTING: {}}
+    triton = variants.ENTRY_MODULES[1]
+    other = "vllm/layers/other.py"
+    release = _release_with(
+        tmp_path / "rel",
+        {other: "K = 1\n", triton.replace(".", "/") + ".py": "from vllm.layers import other\n"},
+        entry="from vllm.layers import mod\n",
+    )
+    patch = tmp_path / "other.patch"
+    patch.write_text(diff(other, "K = 1\n", "K = 2\n"))
+    opts = build.BuildOptions(patch=patch, contract=str(STEP_CONTRACT), out=tmp_path / "t")
+    trees = build.build_trees(opts, release=release)
+    assert trees.manifest.entry_module == triton == variants.entry_module(trees)
+    recorded = contracts.from_manifest(trees.manifest.contract)
+    assert recorded.name == "between-commits" and contracts.may_change(recorded, "non_ep")  # as ci.kernel.bench does

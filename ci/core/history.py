@@ -13,9 +13,13 @@ version of its suite it ran (a run of a suite that has grown since is added; a r
 not finish, or one with a failed case is not); a results file already in the history is refused (exit 2), so a
 re-run of the nightly job adds nothing twice. Nothing is ever removed by this module.
 
-CLI (``nox -s history -- ...``): ``add RESULTS [--dir history]``; ``show``, ``detect`` and ``plot``, each with
-``--machine M --kind K --suite S [--case GLOB] [--dir history]``. ``detect`` lists the *candidate* change points
-of each case's series (Apache Otava's windowed E-Divisive with its defaults, where the time goes up): the two
+A series is in the order of its entries' *position*: the time the run was made, or, for a run added with
+``--at TIME``, that time: the date of the code it timed (as asv places a result at its commit's date). A run of an
+older release timed today (a back-fill) so sits before the runs of the code that came after it.
+
+CLI (``nox -s history -- ...``): ``add RESULTS [--at TIME] [--dir history]``; ``show``, ``detect`` and ``plot``,
+each with ``--machine M --kind K --suite S [--case GLOB] [--dir history]``. ``detect`` lists the *candidate* change
+points of each case's series (Apache Otava's windowed E-Divisive with its defaults, where the time goes up): the two
 runs either side, the step's size, and the bisect that confirms it (``nox -s bisect``: its first step is the
 paired A/B of the two builds, and only its FAIL is an alert; docs/history.md); exit 0 with none, 1 with some.
 ``plot --out FILE.png`` draws each case's series with its candidates marked.
@@ -24,6 +28,7 @@ paired A/B of the two builds, and only its FAIL is an alert; docs/history.md); e
 from __future__ import annotations
 
 import argparse
+import datetime
 import fnmatch
 import hashlib
 import sys
@@ -74,6 +79,7 @@ def _is_entry(entry) -> bool:
     return (
         isinstance(run, dict)
         and all(isinstance(run.get(k), str) for k in ("time", "sha256"))
+        and isinstance(run.get("at", ""), str)
         and isinstance(builds, dict)
         and all(isinstance(builds.get(side), dict) for side in SIDES)
         and isinstance(entry.get("cases"), dict)
@@ -131,8 +137,29 @@ def entry_of(results: BenchResults, results_path: Path) -> dict:
     }
 
 
-def add(results_path: Path, root: Path = DEFAULT_DIR) -> Path:
-    """Add a complete run to its series; refuse an incomplete one, and one already added."""
+def position(entry: dict) -> str:
+    """Where an entry sits in its series: its ``--at`` time, else the time the run was made."""
+    return entry["run"].get("at") or entry["run"]["time"]
+
+
+def parse_at(text: str) -> str:
+    """``--at``: an ISO 8601 time with its zone, as the history stores it (``2026-12-01T09:00:00+00:00``)."""
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise UsageError(
+            f"--at {text!r}: not an ISO 8601 time with its zone; give e.g. 2026-12-01T09:00:00+00:00 (the date of "
+            "the code the run timed); nothing was changed"
+        )
+    return when.astimezone(datetime.UTC).isoformat()
+
+
+def add(results_path: Path, root: Path = DEFAULT_DIR, at: str | None = None) -> Path:
+    """Add a complete run to its series (at its run time, or at ``at``, an ISO 8601 time: :func:`parse_at`);
+    refuse an incomplete one, and one already added."""
+    at = None if at is None else parse_at(at)
     results = load_results(results_path)
     problems = evidence.record_problems(results, case_set=False)  # the suite's version is the entry's own
     if problems:
@@ -143,10 +170,12 @@ def add(results_path: Path, root: Path = DEFAULT_DIR) -> Path:
     path = history_path(results, root)
     history = load_history(path)
     entry = entry_of(results, results_path)
+    if at is not None:
+        entry["run"]["at"] = at
     if any(e["run"]["sha256"] == entry["run"]["sha256"] for e in history["entries"]):
         raise UsageError(f"{results_path}: already in {path} (the same results file); nothing was changed")
     history["entries"].append(entry)
-    history["entries"].sort(key=lambda e: e["run"]["time"])
+    history["entries"].sort(key=position)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, history)
     return path
@@ -167,8 +196,14 @@ def value(entry: dict, case_id: str) -> float:
 
 
 def series(history: dict, case_id: str) -> list[tuple[str, float]]:
-    """(run time, median of the published side) of ``case_id`` over the history's entries, in time order."""
-    return [(e["run"]["time"], value(e, case_id)) for e in history["entries"] if case_id in e["cases"]]
+    """(position, median of the published side) of ``case_id`` over the history's entries, in their order."""
+    return [(position(e), value(e, case_id)) for e in history["entries"] if case_id in e["cases"]]
+
+
+def run_text(entry: dict) -> str:
+    """An entry's position, and the time it ran when it was placed elsewhere (``--at``)."""
+    at = position(entry)
+    return at if at == entry["run"]["time"] else f"{at} (ran {entry['run']['time']})"
 
 
 def show(history: dict, pattern: str) -> str:
@@ -186,7 +221,7 @@ def show(history: dict, pattern: str) -> str:
             side = published(e)
             build = f"{side}: {build_text(e['builds'][side])}"
             lines.append(
-                f"| {cid} | {e['run']['time']} | {build} | {c[side]:.2f} {c['unit']} | "
+                f"| {cid} | {run_text(e)} | {build} | {c[side]:.2f} {c['unit']} | "
                 f"{c['ratio']:.4f} [{c['ci'][0]:.4f}, {c['ci'][1]:.4f}] |"
             )
     return "\n".join(lines)
@@ -197,7 +232,7 @@ SPAN = 5  # runs either side whose medians give a step's size
 
 
 def case_series(history: dict, pattern: str) -> dict[str, list[dict]]:
-    """The entries of each case matching ``pattern``, in time order."""
+    """The entries of each case matching ``pattern``, in the history's order."""
     ids = sorted({cid for e in history["entries"] for cid in e["cases"] if fnmatch.fnmatch(cid, pattern)})
     return {cid: [e for e in history["entries"] if cid in e["cases"]] for cid in ids}
 
@@ -225,8 +260,8 @@ def candidates(history: dict, detector: Callable[[list[float]], list[int]], patt
                 {
                     "case": cid,
                     "index": at,
-                    "good": {"time": good["run"]["time"], "build": good["builds"][published(good)]},
-                    "bad": {"time": bad["run"]["time"], "build": bad["builds"][published(bad)]},
+                    "good": {"time": position(good), "build": good["builds"][published(good)]},
+                    "bad": {"time": position(bad), "build": bad["builds"][published(bad)]},
                     "size": stats.median(after) / stats.median(before) - 1,
                 }
             )
@@ -263,6 +298,7 @@ def main(argv: Sequence[str] | None = None, detector: Callable[[list[float]], li
     add_p = sub.add_parser("add", help="add a complete results file to its series")
     add_p.add_argument("results", type=Path)
     add_p.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    add_p.add_argument("--at", help="place the run at this ISO 8601 time (the date of its code; default: its run time)")
     show_p = sub.add_parser("show", help="a series as a table")
     detect_p = sub.add_parser("detect", help="candidate change points")
     plot_p = sub.add_parser("plot", help="a PNG")
@@ -275,7 +311,7 @@ def main(argv: Sequence[str] | None = None, detector: Callable[[list[float]], li
     plot_p.add_argument("--out", type=Path, required=True, help="the PNG to write")
     args = parser.parse_args(argv)
     if args.command == "add":
-        print(f"history: added {args.results} to {add(args.results, args.dir)}")
+        print(f"history: added {args.results} to {add(args.results, args.dir, args.at)}")
         return 0
     path = args.dir / args.machine / args.kind / f"{args.suite}.json"
     if not path.exists():

@@ -36,7 +36,7 @@ def plot(history: dict, out: Path, found: Sequence[dict] = (), pattern: str = "*
         ax.set_ylabel(entries[0]["cases"][cid]["unit"], fontsize=8)
         if any(c["case"] == cid for c in found):
             ax.legend(fontsize=7)
-    axes[-1, 0].set_xlabel("run (time order)")
+    axes[-1, 0].set_xlabel("run (in the history's order)")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90)

@@ -32,7 +32,7 @@ from ci.core import bisect as bisect_core
 from ci.core import history
 from ci.core.cli import run_main
 from ci.core.errors import ExitCode, UsageError
-from ci.core.jsonio import check_own_report, read_json, write_report
+from ci.core.jsonio import check_own_report, read_json, sha256_file, write_report
 from ci.core.results import load_results
 from ci.host import outputs
 from ci.runner import bisect as bisect_runner
@@ -114,6 +114,7 @@ def main(argv: Sequence[str] | None = None, run: Callable[[list[str]], int] | No
     parser.add_argument("--history", type=Path, default=history.DEFAULT_DIR, help="the history folder")
     parser.add_argument("--recent", type=int, default=RECENT, help="a candidate in the last N runs is new (3)")
     parser.add_argument("--no-bisect", action="store_true", help="list new candidates without bisecting them")
+    parser.add_argument("--at", help="place tonight's run at this ISO 8601 time (ci.core.history add --at)")
     parser.add_argument("--out", type=Path, default=ROOT / ".gate" / "out" / "nightly")
     args = parser.parse_args(argv)
     if args.recent < 1:
@@ -126,7 +127,7 @@ def main(argv: Sequence[str] | None = None, run: Callable[[list[str]], int] | No
     results = load_results(args.results)
     if results.kind != args.subject:
         raise UsageError(f"--results {args.results}: a {results.kind!r} run, not {args.subject!r} (--subject)")
-    path = history.add(args.results, args.history)
+    path = history.add(args.results, args.history, args.at)
     print(f"nightly: added {args.results} to {path}", flush=True)
     data = history.load_history(path)
     runs = len(data["entries"])
@@ -171,8 +172,9 @@ def main(argv: Sequence[str] | None = None, run: Callable[[list[str]], int] | No
         "history": str(path),
         "runs": runs,
     }
-    latest = data["entries"][-1]  # the newest run (entries are in time order)
-    night["build"] = latest["builds"][history.published(latest)]
+    digest = sha256_file(args.results)
+    tonight = next(e for e in data["entries"] if e["run"]["sha256"] == digest)  # with --at, not always the last
+    night["build"] = tonight["builds"][history.published(tonight)]
     payload = {"kind": KIND, "schema_version": SCHEMA_VERSION, "night": night, "candidates": found, "bisects": bisects}
     write_report(args.out, JSON_NAME, MD_NAME, payload, markdown(night, found, bisects))
     stopped = [b["code"] for b in bisects if b["code"] not in BISECT_CODES]

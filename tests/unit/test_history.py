@@ -39,6 +39,47 @@ def test_runs_are_added_in_time_order_each_once(tmp_path):
     assert len(history.load_history(path)["entries"]) == 2  # nothing changed
 
 
+def test_a_run_added_at_the_date_of_its_code_sits_there_and_shows_when_it_ran(tmp_path, capsys):
+    """Issue 41, the H100 history: vLLM 0.25.0 timed after the chain of 0.25.1 commits sat after them, so the
+    release looked like a speed-up after the chain and the nightly named 0.25.0 as tonight's build. ``--at``
+    places a back-filled run at the date of its code (asv's commit-date order); the time it ran is kept."""
+    root = tmp_path / "history"
+    chain = _run(tmp_path, "chain", ratio=1.05, seed=1, time="2026-12-06T04:50:00+00:00")
+    release = _run(tmp_path, "release", seed=2, time="2026-12-06T04:56:00+00:00")
+    path = history.add(chain, root, at="2026-11-20T12:00:00Z")
+    assert history.add(release, root, at="2026-11-01T09:00:00+01:00") == path
+    data = history.load_history(path)
+    assert [e["run"]["at"] for e in data["entries"]] == ["2026-11-01T08:00:00+00:00", "2026-11-20T12:00:00+00:00"]
+    assert [e["run"]["time"][11:16] for e in data["entries"]] == ["04:56", "04:50"]
+    case_id = next(iter(data["entries"][0]["cases"]))
+    assert [t for t, _ in history.series(data, case_id)] == ["2026-11-01T08:00:00+00:00", "2026-11-20T12:00:00+00:00"]
+    plain = _run(tmp_path, "plain", seed=3, time="2026-11-10T00:00:00+00:00")
+    history.add(plain, root)  # no --at: at its run time, between the two
+    data = history.load_history(path)
+    assert [history.position(e)[:10] for e in data["entries"]] == ["2026-11-01", "2026-11-10", "2026-11-20"]
+    assert "at" not in data["entries"][1]["run"]
+    assert history.run_text(data["entries"][0]) == "2026-11-01T08:00:00+00:00 (ran 2026-12-06T04:56:00+00:00)"
+    assert history.run_text(data["entries"][1]) == "2026-11-10T00:00:00+00:00"
+    assert f"| {case_id} | 2026-11-20T12:00:00+00:00 (ran 2026-12-06T04:50:00+00:00) |" in history.show(data, "*")
+    placed = [_entry(f"t{i}", {"a": 1.0 + (i > 2)}) for i in range(6)]
+    for i, e in enumerate(placed):
+        e["run"]["at"] = f"2026-11-0{i + 1}"
+    [found] = history.candidates({"entries": placed}, lambda xs: [3])
+    assert (found["good"]["time"], found["bad"]["time"]) == ("2026-11-03", "2026-11-04")
+    before = path.read_bytes()
+    for bad in ("2026-11-01", "yesterday", "2026-13-01T00:00:00+00:00"):
+        with pytest.raises(UsageError) as err:
+            history.add(_run(tmp_path, "late", seed=4), root, at=bad)
+        assert err.value.exit_code == 2 and str(err.value) == (
+            f"--at {bad!r}: not an ISO 8601 time with its zone; give e.g. 2026-12-01T09:00:00+00:00 (the date of "
+            "the code the run timed); nothing was changed"
+        )
+    assert path.read_bytes() == before
+    later = _run(tmp_path, "later", seed=5, time="2026-12-07T00:00:00+00:00")
+    assert history.main(["add", str(later), "--dir", str(root), "--at", "2026-11-15T00:00:00+00:00"]) == 0
+    assert history.position(history.load_history(path)["entries"][2]) == "2026-11-15T00:00:00+00:00"
+
+
 def test_an_incomplete_run_is_not_added_and_nothing_is_written(tmp_path):
     root = tmp_path / "history"
     with pytest.raises(IncompleteEvidenceError, match="not added to the history") as err:
@@ -241,6 +282,7 @@ def test_candidates_take_each_index_the_detector_gives_inside_the_series_whateve
         lambda e: e["builds"].pop("base"),
         lambda e: e["builds"].update(candidate="0.25.1"),
         lambda e: e.pop("cases"),
+        lambda e: e["run"].update(at=20261201),
     ],
 )
 def test_an_entry_without_what_readers_take_from_it_is_refused_by_its_index(tmp_path, breaks):

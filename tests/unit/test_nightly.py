@@ -327,3 +327,33 @@ def test_without_a_stand_in_the_bisect_command_runs_as_a_stage(tmp_path, monkeyp
     argv += ["--bisect-command", f"{sys.executable} {script}", "--out", str(tmp_path / "o7")]
     with pytest.raises(DataError, match="gate-baseline"):
         nightly.main(argv, detector=step_detector)
+
+
+def test_a_night_placed_by_at_is_tonights_build_wherever_it_sits(tmp_path):
+    """A back-filled night (``--at``, the date of its code) may sit before the last run; the report names its build,
+    not the last run's (on the H100 it named vLLM 0.25.0, timed after the chain, as the chain's last night)."""
+    repo, shas = chain(tmp_path, 3)
+    root = tmp_path / "history"
+    for i in (0, 2):
+        git(repo, "checkout", "-q", shas[i])
+        nightly.main(
+            [
+                "--results",
+                str(night_run(tmp_path, repo, i, 1.0)),
+                "--history",
+                str(root),
+                "--out",
+                str(tmp_path / f"o{i}"),
+            ],
+            run=lambda a: 0,
+            detector=step_detector,
+        )
+    git(repo, "checkout", "-q", shas[1])
+    late = night_run(tmp_path, repo, 1, 1.0)  # its run time is 2026-11-02; placed at 11-01 12:00, between 0 and 2
+    argv = ["--results", str(late), "--history", str(root), "--at", "2026-11-01T12:00:00+00:00"]
+    assert nightly.main([*argv, "--out", str(tmp_path / "o1")], run=lambda a: 0, detector=step_detector) == 0
+    night = json.loads((tmp_path / "o1" / nightly.JSON_NAME).read_text())["night"]
+    assert night["build"]["commit"].startswith(shas[1][:12]) and night["runs"] == 3
+    data = json.loads(next(root.rglob("*.json")).read_text())
+    assert [e["run"].get("at") for e in data["entries"]] == [None, "2026-11-01T12:00:00+00:00", None]
+    assert data["entries"][2]["builds"]["base"]["commit"].startswith(shas[2][:12])

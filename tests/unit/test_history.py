@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import time
 
 import pytest
 
@@ -39,7 +41,21 @@ def test_runs_are_added_in_time_order_each_once(tmp_path):
     assert len(history.load_history(path)["entries"]) == 2  # nothing changed
 
 
-def test_a_run_added_at_the_date_of_its_code_sits_there_and_shows_when_it_ran(tmp_path, capsys):
+@pytest.fixture
+def host_in_tokyo():
+    """The host's local zone is not UTC (``--at`` is stored in UTC whatever the zone); restored afterwards."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "Asia/Tokyo"
+    time.tzset()
+    yield
+    if before is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = before
+    time.tzset()
+
+
+def test_a_run_added_at_the_date_of_its_code_sits_there_and_shows_when_it_ran(tmp_path, host_in_tokyo):
     """Issue 41, the H100 history: vLLM 0.25.0 timed after the chain of 0.25.1 commits sat after them, so the
     release looked like a speed-up after the chain and the nightly named 0.25.0 as tonight's build. ``--at``
     places a back-filled run at the date of its code (asv's commit-date order); the time it ran is kept."""

@@ -435,9 +435,8 @@ def test_the_sessions_take_the_stages_source_options_and_pass_on_exactly_those_g
         assert parse_session_args(given).build_argv[-len(given) :] == tuple(given), flag
 
 
-def test_the_entry_module_is_the_contracts_or_the_subject_entry_that_runs_the_change(tmp_path):
-    """A change of a module only Triton's fused_moe imports is loaded through it (recorded in the manifest);
-    one Marlin's entry imports stays Marlin's; a contract that declares Marlin's refuses the Triton one."""
+def _triton_only_change(tmp_path):
+    """A release with a module only Triton's fused_moe imports, a patch of that module, and Triton's entry."""
     from ci.trees import variants
 
     triton = variants.ENTRY_MODULES[1]
@@ -449,6 +448,15 @@ def test_the_entry_module_is_the_contracts_or_the_subject_entry_that_runs_the_ch
     )
     patch = tmp_path / "other.patch"
     patch.write_text(diff(other, "K = 1\n", "K = 2\n"))
+    return release, patch, triton
+
+
+def test_the_entry_module_is_the_contracts_or_the_subject_entry_that_runs_the_change(tmp_path):
+    """A change of a module only Triton's fused_moe imports is loaded through it (recorded in the manifest);
+    one Marlin's entry imports stays Marlin's; a contract that declares Marlin's refuses the Triton one."""
+    from ci.trees import variants
+
+    release, patch, triton = _triton_only_change(tmp_path)
     trees = build.build_trees(build.BuildOptions(patch=patch, contract="none", out=tmp_path / "t"), release=release)
     assert trees.manifest.entry_module == triton == variants.entry_module(trees)
     mine = tmp_path / "mod.patch"
@@ -471,15 +479,7 @@ def test_a_bisect_step_declares_every_path_and_chooses_the_entry_as_without_a_co
     step = contracts.load_contract(STEP_CONTRACT)
     assert [contracts.may_change(step, p) for p in contracts.PATHS] == [True, True, True]
     assert step.rules == [] and step.entry_module is None and step.settings == {contracts.DEFAULT_SETTING: {}}
-    triton = variants.ENTRY_MODULES[1]
-    other = "vllm/layers/other.py"
-    release = _release_with(
-        tmp_path / "rel",
-        {other: "K = 1\n", triton.replace(".", "/") + ".py": "from vllm.layers import other\n"},
-        entry="from vllm.layers import mod\n",
-    )
-    patch = tmp_path / "other.patch"
-    patch.write_text(diff(other, "K = 1\n", "K = 2\n"))
+    release, patch, triton = _triton_only_change(tmp_path)
     opts = build.BuildOptions(patch=patch, contract=str(STEP_CONTRACT), out=tmp_path / "t")
     trees = build.build_trees(opts, release=release)
     assert trees.manifest.entry_module == triton == variants.entry_module(trees)

@@ -160,7 +160,15 @@ def test_ep_sum_equals_non_ep(shape_name, ep, placement, tokens, side, variants,
     assert pad_err < CONSISTENCY_BOUND[dtype], f"padding rows changed the valid rows: rel L2 {pad_err:.2e}"
 
 
-@pytest.mark.parametrize(("shape_name", "ep", "placement", "tokens"), [*EP_CASES, ("qwen3-30b-a3b-like", 1, "", [97])])
+# Loads where a rule may leave #48144's tile: the tile oracle's 48-row band, 90.5-181 rows per expert (Mixtral-like,
+# 8 experts, top 2: 512 rows without EP, 256 tokens a rank at EP 2, are 128 rows per expert). Without them the GPU
+# suite never runs such a rule's override line, and gpu_gate says INCOMPLETE.
+HIGH_LOAD_CASES = [("mixtral-like", 1, "", [512]), ("mixtral-like", 2, "linear", [256, 256])]
+
+
+@pytest.mark.parametrize(
+    ("shape_name", "ep", "placement", "tokens"), [*EP_CASES, ("qwen3-30b-a3b-like", 1, "", [97]), *HIGH_LOAD_CASES]
+)
 def test_candidate_matches_base(shape_name, ep, placement, tokens, variants, contract, metric):
     """Same inputs through both trees: close under EP; bit-identical without it (global_num_experts == -1 and
     == E with no expert map), unless the change's contract declares the non-EP path (then close)."""

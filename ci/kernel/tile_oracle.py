@@ -3,8 +3,9 @@
 Per case of the sweep, the fastest tile (the lowest median over captures of the per-capture medians) and the
 **regret** of a rule: the time of its pick over the time of the fastest tile, minus 1, as the Hodges-Lehmann
 estimate over captures with its signed-rank interval (``ci.core.stats.capture_effect``: capture ``b`` of the two
-tiles was timed in the same fresh capture). Rules: the base's picks and the candidate's (#48144) as recorded by
-the sweep (their own code ran), and the **fitted rule**, a table keyed on the expected rows per expert
+tiles was timed in the same fresh capture). Rules: the base's picks and the candidate's as recorded by the sweep
+(their own code ran; the candidate is #48144 unless the sweep was made with another ``--change``, and the tables name
+the change the sweep recorded), and the **fitted rule**, a table keyed on the expected rows per expert
 ``r = M * topk / G`` (the valid load of one expert, both paths):
 
 * the loads of the grid are powers of two; a bucket is one of them, from the geometric midpoint below it to
@@ -12,7 +13,9 @@ the sweep (their own code ran), and the **fitted rule**, a table keyed on the ex
 * per bucket, over the *fitted* shapes only (:data:`ci.kernel.tile_sweep.FITTED_SHAPES`, every format and
   both paths pooled), the tile of the least geomean regret; it replaces #48144's tile of that bucket only when
   it is faster by more than :data:`MIN_GAIN` (geomean), so the table does not chase noise;
-* 1-byte inputs (FP8, int8 activations) keep vLLM's floor of 16.
+* 16-bit and 1-byte inputs (FP8, int8 activations: W4A8) are fitted apart (an H100 sweep found W4A8 wanting 64
+  where 16-bit inputs want 48); a width the sweep did not time keeps #48144's thresholds;
+* 1-byte inputs keep vLLM's floor of 16.
 
 The fitted rule is then judged on the *held-out* shapes, which the fit never saw. Output: ``tile-oracle.json``
 (the table, per case the three picks with regrets and intervals) and ``tile-oracle.md`` (the tables).
@@ -39,7 +42,7 @@ from ci.kernel.tile_sweep import Sweep, SweepCase, load_sweep
 from ci.moe import spec
 
 KIND = "marlin-tile-oracle"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the rule has one_byte_overrides, each bucket its inputs
 ORACLE_FILE, REPORT_FILE = "tile-oracle.json", "tile-oracle.md"
 MIN_GAIN = 0.01  # a bucket leaves #48144's tile only for a geomean gain above 1%
 ONE_BYTE_FLOOR = 16  # vLLM's floor for 1-byte inputs
@@ -56,14 +59,17 @@ def threshold_tile(rows_per_expert: float) -> int:
 
 @dataclass(frozen=True)
 class TileRule:
-    """#48144's thresholds on the expected rows per expert, with fitted ``overrides``: ``(r from, r below, tile)``
-    ranges where the sweep found another tile faster; 1-byte inputs keep the floor of 16."""
+    """#48144's thresholds on the expected rows per expert, with fitted overrides: ``(r from, r below, tile)``
+    ranges where the sweep found another tile faster, one table for 16-bit inputs (``overrides``) and one for
+    1-byte inputs (``one_byte_overrides``: int8/FP8 activations run another kernel, and a sweep may show them
+    wanting another tile); 1-byte inputs keep the floor of 16."""
 
     overrides: tuple[tuple[float, float, int], ...] = ()
+    one_byte_overrides: tuple[tuple[float, float, int], ...] = ()
 
     def pick(self, rows_per_expert: float, input_itemsize: int) -> int:
         tile = threshold_tile(rows_per_expert)
-        for lo, hi, t in self.overrides:
+        for lo, hi, t in self.one_byte_overrides if input_itemsize == 1 else self.overrides:
             if lo <= rows_per_expert < hi:
                 tile = t
         return max(tile, ONE_BYTE_FLOOR) if input_itemsize == 1 else tile
@@ -129,11 +135,24 @@ def _mean_log_regret(cases: Sequence[CaseTimes], tile_of: Callable[[CaseTimes], 
     return sum(math.log(c.median(tile_of(c)) / c.median(c.best)) for c in cases) / len(cases)
 
 
+INPUT_WIDTHS = {"16-bit": lambda c: c.itemsize != 1, "8-bit": lambda c: c.itemsize == 1}
+
+
 def fit_rule(cases: Sequence[CaseTimes], min_gain: float = MIN_GAIN) -> tuple[TileRule, list[dict]]:
     """#48144's thresholds, overridden in each load bucket where, over ``cases``, another tile has a geomean
-    regret lower by more than ``min_gain`` (see the module's doc); with the evidence of each bucket."""
+    regret lower by more than ``min_gain`` (see the module's doc); fitted apart for 16-bit and 1-byte inputs
+    (an input width the sweep did not time keeps #48144's thresholds); with the evidence of each bucket."""
     if not cases:
         raise DataError("no fitted cases in the sweep: nothing to fit a rule on")
+    tables, evidence = {}, []
+    for width, holds in INPUT_WIDTHS.items():
+        group = [c for c in cases if holds(c)]
+        tables[width], rows = _fit_overrides(group, min_gain) if group else ((), [])
+        evidence += [{"inputs": width, **row} for row in rows]
+    return TileRule(tables["16-bit"], tables["8-bit"]), evidence
+
+
+def _fit_overrides(cases: Sequence[CaseTimes], min_gain: float) -> tuple[tuple[tuple[float, float, int], ...], list]:
     buckets: dict[int, list[CaseTimes]] = defaultdict(list)
     for c in cases:
         buckets[load_bucket(c.rows_per_expert)].append(c)
@@ -167,7 +186,7 @@ def fit_rule(cases: Sequence[CaseTimes], min_gain: float = MIN_GAIN) -> tuple[Ti
                 "override": tile,
             }
         )
-    return TileRule(tuple(overrides)), evidence
+    return tuple(overrides), evidence
 
 
 def picks_of(case: CaseTimes, rule: TileRule) -> dict[str, int]:
@@ -258,33 +277,53 @@ def _vllm_version(prov: dict) -> str:
     return str(vllm.get("version", "?")) if isinstance(vllm, dict) else str(vllm)
 
 
+PR48144_CHANGE = "marlin-ep-m-estimate"  # the gate's name of vLLM #48144 (ci/changes/)
+
+
+def candidate_label(prov: dict) -> str:
+    """The rule the sweep's candidate build ran, from the contract its provenance records: ``#48144`` for the
+    gate's #48144 change, else the change's name (a sweep made with ``--change tile-oracle`` times that rule's
+    picks, not #48144's)."""
+    vllm = prov.get("vllm")
+    contract = vllm.get("contract") if isinstance(vllm, dict) else None
+    name = contract.get("name") if isinstance(contract, dict) else None
+    if not name:
+        return "candidate (no change recorded)"
+    return "#48144" if name == PR48144_CHANGE else f"`{name}`"
+
+
 def render(sweep: Sweep, rule: TileRule, evidence: list[dict], summary: list[dict], rows: list[dict]) -> str:
     prov = sweep.provenance
+    cand = candidate_label(prov)
     lines = [
         "# Tile oracle",
         "",
         f"Sweep: {len(sweep.cases)} cases, grid `{sweep.grid}`, {_gpu_name(prov)}, vLLM {_vllm_version(prov)}, "
-        f"{sweep.settings.get('captures')} captures per tile.",
+        f"{sweep.settings.get('captures')} captures per tile; the candidate build's picks are {cand}'s.",
         "",
         "## The fitted rule",
         "",
         "#48144's thresholds on the expected rows per expert r = M * topk / G (the first tile of 8, 16, 32, 48, "
         "64 with r / tile < 0.9; 1-byte inputs at least 16), on both paths, with these overrides:",
         "",
-        "| r from | r below | tile |",
-        "|---:|---:|---:|",
+        "| inputs | r from | r below | tile |",
+        "|---|---:|---:|---:|",
     ]
-    lines += [f"| {lo:g} | {hi:g} | {t} |" for lo, hi, t in rule.overrides] or ["| - | - | none |"]
+    table = [("16-bit", o) for o in rule.overrides] + [("8-bit", o) for o in rule.one_byte_overrides]
+    lines += [f"| {w} | {lo:g} | {hi:g} | {t} |" for w, (lo, hi, t) in table] or ["| - | - | - | none |"]
+    timed = sorted({e["inputs"] for e in evidence})
+    untimed = [w for w in INPUT_WIDTHS if w not in timed]
     lines += [
         "",
-        f"Per load bucket (fitted shapes): the thresholds' tile and regret, the best tile, its regret, and "
-        f"the override (a gain over {MIN_GAIN:.0%} geomean).",
+        f"Per input width and load bucket (fitted shapes): the thresholds' tile and regret, the best tile, its "
+        f"regret, and the override (a gain over {MIN_GAIN:.0%} geomean)."
+        + (f" Not timed: {', '.join(untimed)} inputs, which keep #48144's thresholds." if untimed else ""),
         "",
-        "| load | cases | thresholds' tile | its regret | best tile | best regret | override |",
-        "|---:|---:|---|---:|---:|---:|---:|",
+        "| inputs | load | cases | thresholds' tile | its regret | best tile | best regret | override |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
     ]
     lines += [
-        f"| {e['load']:g} | {e['cases']} | {'/'.join(map(str, e['threshold_tiles']))} | "
+        f"| {e['inputs']} | {e['load']:g} | {e['cases']} | {'/'.join(map(str, e['threshold_tiles']))} | "
         f"{_pct(e['threshold_regret'])} | {e['best_tile']} | {_pct(e['best_regret'])} | "
         f"{e['override'] or '-'} |"
         for e in evidence
@@ -293,7 +332,7 @@ def render(sweep: Sweep, rule: TileRule, evidence: list[dict], summary: list[dic
         "",
         "## Regret (time of the pick / time of the fastest tile - 1): geomean / worst",
         "",
-        "| split | format | path | cases | base | #48144 | fitted | picks differ | fitted vs #48144 there "
+        f"| split | format | path | cases | base | {cand} | fitted | picks differ | fitted vs {cand} there "
         "(geomean / worst) |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
@@ -306,7 +345,7 @@ def render(sweep: Sweep, rule: TileRule, evidence: list[dict], summary: list[dic
         )
     lines += [
         "",
-        "Where the fitted pick is not #48144's: the fitted pick's speed-up over #48144's (geomean, and the "
+        f"Where the fitted pick is not {cand}'s: the fitted pick's speed-up over {cand}'s (geomean, and the "
         "least: negative would be a case it makes slower).",
         "",
         "| split | path | cases | speed-up geomean | least |",
@@ -348,6 +387,7 @@ def analyse(sweep: Sweep, min_gain: float = MIN_GAIN) -> dict:
             "grid": sweep.grid,
             "cases": len(cases),
             "provenance": sweep.provenance,
+            "candidate": candidate_label(sweep.provenance),
             "settings": {k: v for k, v in sweep.settings.items() if k != "expected_cases"},
         },
         "min_gain": min_gain,

@@ -18,6 +18,7 @@ from ci.trees import contracts
 
 ROOT = Path(__file__).parents[2]
 STORED = ROOT / "reports/nvidia-h200-x1/tile-oracle"
+H100 = ROOT / "reports/nvidia-h100-x1/tile-oracle"
 CHANGE = ROOT / "ci/changes/tile-oracle"
 
 
@@ -93,6 +94,27 @@ def test_fit_respects_the_one_byte_floor():
     assert rule.overrides == () and evidence[0]["best_tile"] == 8 and evidence[0]["gain"] == 0.0
 
 
+def test_one_byte_inputs_are_fitted_apart_and_untimed_widths_keep_the_thresholds():
+    # 16-bit inputs want 48 at r = 128; 1-byte inputs (W4A8) want 64 there (48 is 3% slower) and 32 at r = 32
+    wide = [_flat(128, 48, 0.05), _flat(128, 48, 0.04)]
+    narrow = [_case(f"w4a8/{i}", 128, {48: 103.0, 64: 100.0}, itemsize=1) for i in range(2)]
+    narrow += [_case("w4a8/r32", 32, {32: 95.0, 48: 100.0, 64: 110.0}, itemsize=1)]
+    rule, evidence = _fit(wide + narrow)
+    assert rule.overrides == ((90.5, 181.0, 48),) and rule.one_byte_overrides == ((22.6, 45.3, 32),)
+    assert (rule.pick(128, 2), rule.pick(128, 1), rule.pick(32, 1), rule.pick(32, 2)) == (48, 64, 32, 48)
+    assert {(e["inputs"], e["load"], e["override"]) for e in evidence} == {
+        ("16-bit", 128, 48),
+        ("8-bit", 128, None),
+        ("8-bit", 32, 32),
+    }
+    only_wide, _ = _fit(wide)
+    assert only_wide.one_byte_overrides == () and only_wide.pick(128, 1) == 64
+    sweep = ts.Sweep(grid="g", provenance={}, settings={"captures": 6}, cases=wide)
+    data = to.analyse(sweep)
+    report = to.render(sweep, to.TileRule(**data["rule"]), data["buckets"], data["summary"], data["cases"])
+    assert "| 16-bit | 90.5 | 181 | 48 |" in report and "Not timed: 8-bit inputs" in report
+
+
 def test_regret_and_summary_name_the_fitted_gain_where_picks_differ():
     slow64 = _flat(128, 48, 0.10)
     same = _flat(8, None)
@@ -143,6 +165,25 @@ def test_cli_reads_the_gzip_writes_both_files_and_refuses_foreign_ones(tmp_path)
         to.main(["--sweep", str(bad), "--out", str(tmp_path / "o2")])
 
 
+@pytest.mark.parametrize(
+    "vllm,label",
+    [
+        ({"version": "0.25.1", "contract": {"name": "marlin-ep-m-estimate"}}, "#48144"),
+        ({"version": "0.25.1", "contract": {"name": "tile-oracle"}}, "`tile-oracle`"),
+        ({"version": "0.26.0"}, "candidate (no change recorded)"),
+    ],
+)
+def test_the_report_names_the_rule_the_candidate_build_ran(vllm, label):
+    """A sweep made with ``--change tile-oracle`` timed that rule's picks: its columns must not say #48144."""
+    sweep = ts.Sweep(grid="g", provenance={"vllm": vllm}, settings={"captures": 6}, cases=[_flat(128, 48, 0.05)])
+    data = to.analyse(sweep)
+    report = to.render(sweep, to.TileRule(**data["rule"]), data["buckets"], data["summary"], data["cases"])
+    assert data["sweep"]["candidate"] == label
+    assert f"| base | {label} | fitted | picks differ | fitted vs {label} there" in report
+    assert f"the candidate build's picks are {label}'s" in report
+    assert f"Where the fitted pick is not {label}'s" in report
+
+
 def _stored_sweep() -> Path:
     found = sorted(STORED.glob("tile-sweep*.json.gz"))
     assert found, f"no stored sweep in {STORED}"
@@ -158,7 +199,23 @@ def test_the_shipped_change_is_the_rule_fitted_on_the_stored_sweep():
     assert f"OVERRIDE_FROM, OVERRIDE_BELOW, OVERRIDE_TILE = {lo}, {hi}, {tile}" in src
     for patch in (CHANGE / "change.patch", CHANGE / "releases/vllm-0.26.0.patch"):
         added = "".join(line[1:] for line in patch.read_text().splitlines(keepends=True) if line.startswith("+"))
-        assert re.search(rf"if {lo} <= tokens_per_expert < {hi}:\n\s+block_size_m = {tile}\n", added), patch
+        assert re.search(
+            rf"if {lo} <= tokens_per_expert < {hi} and not one_byte_input:\n\s+block_size_m = {tile}\n", added
+        ), patch
+        assert "one_byte_input = input_dtype is not None and input_dtype.itemsize == 1\n" in added, patch
+
+
+def test_the_h100_sweep_fits_the_same_band_and_keeps_64_for_one_byte_inputs():
+    """MXFP4, GPTQ int8 and W4A8 on an H100 (none of them in the H200 fit): the 16-bit inputs want the same
+    48-row band, the 1-byte ones (W4A8) no override, which the shipped contract follows."""
+    data = to.analyse(to.read_sweep(next(H100.glob("tile-sweep*.json.gz"))))
+    assert [list(o) for o in data["rule"]["overrides"]] == [[90.5, 181.0, 48]]
+    assert list(data["rule"]["one_byte_overrides"]) == []
+    (w4a8,) = [e for e in data["buckets"] if e["inputs"] == "8-bit" and e["load"] == 128]
+    assert w4a8["threshold_tiles"] == [64] and w4a8["best_tile"] == 64
+    rule = contracts.load_contract(CHANGE / contracts.CONTRACT_FILE).fused_block_size_m
+    kw = {"m": 512, "topk": 2, "local_experts": 8, "global_experts": -1, "env": {}}
+    assert (rule(input_itemsize=2, **kw), rule(input_itemsize=1, **kw)) == (48, 64)
 
 
 @pytest.mark.parametrize(
@@ -171,6 +228,7 @@ def test_the_shipped_change_is_the_rule_fitted_on_the_stored_sweep():
         (256, 2, 8, -1, 2, 64),  # r = 64: #48144's 64
         (8 * 256, 8, 16, 128, 2, 48),  # qwen3 EP 8, 256 tokens per rank: r = ceil(2048 * 16 / 128) * 8 / 16 = 128
         (8 * 32, 8, 32, 256, 1, 16),  # deepseek EP 8, 32 tokens per rank, 1-byte input: 8 floored to 16
+        (512, 2, 8, -1, 1, 64),  # non-EP, r = 128, 1-byte input (W4A8): #48144's 64, no override
     ],
 )
 def test_contract_rule_fused(m, topk, local, glob, itemsize, want):
@@ -185,6 +243,7 @@ def test_contract_rule_batched_is_keyed_on_the_load():
     assert rule(capacity=1024, assignments=8 * 32, **kw) == 16  # 8 rows per expert
     assert rule(capacity=1024, assignments=None, **kw) == 64  # a direct caller: the capacity, as before
     assert rule(capacity=128, assignments=None, **kw) == 48  # capacity 128 is in the override band
+    assert rule(capacity=128, assignments=None, **{**kw, "input_itemsize": 1}) == 64  # not for 1-byte inputs
 
 
 def test_the_gpu_suite_runs_the_rule_where_it_leaves_48144_with_and_without_ep():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import types
+from pathlib import Path
 
 import pytest
 
@@ -121,6 +122,26 @@ def test_grid_is_large():
     assert {1, 3, 8191, 8192} <= set(h.M_VALUES)
     assert {None, 1, 2, 4, 8, 16, 32} == set(h.EP_SIZES)
     assert spec.NON_EP == -1
+
+
+def test_the_gpu_suite_runs_the_rule_where_it_leaves_48144_with_and_without_ep():
+    """gpu_gate counts a changed line the GPU suite never ran as INCOMPLETE: its high-load cases must reach the
+    rule's band (non-EP, both calls, and one EP rank), where #48144 picks another tile."""
+    from tests.ep_marlin.test_gpu_equivalence import HIGH_LOAD_CASES, NON_EP_CALLS, SHAPES
+
+    tile_oracle = Path(__file__).parents[2] / "ci/changes/tile-oracle" / contracts.CONTRACT_FILE
+    rule = contracts.load_contract(tile_oracle).fused_block_size_m
+    reached = set()
+    for shape_name, ep, _, tokens in HIGH_LOAD_CASES:
+        shape = SHAPES[shape_name]
+        m, local = max(tokens) * len(tokens), shape.experts // ep
+        calls = [g(shape) for g in NON_EP_CALLS.values()] if ep == 1 else [shape.experts]
+        for glob in calls:
+            kw = {"m": m, "topk": shape.topk, "local_experts": local, "global_experts": glob, "input_itemsize": 2}
+            pr48144 = spec.expected_block_size_m(**kw, patched=True)
+            if rule(**kw, env={}) != pr48144:
+                reached.add((ep == 1, glob))
+    assert reached == {(True, spec.NON_EP), (True, 8), (False, 8)}
 
 
 def test_every_format_is_tried_at_every_grid_point(combos):

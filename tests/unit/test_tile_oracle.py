@@ -246,26 +246,6 @@ def test_contract_rule_batched_is_keyed_on_the_load():
     assert rule(capacity=128, assignments=None, **{**kw, "input_itemsize": 1}) == 64  # not for 1-byte inputs
 
 
-def test_the_gpu_suite_runs_the_rule_where_it_leaves_48144_with_and_without_ep():
-    """gpu_gate counts a changed line the GPU suite never ran as INCOMPLETE: its high-load cases must reach the
-    rule's band (non-EP, both calls, and one EP rank), where #48144 picks another tile."""
-    pytest.importorskip("torch")
-    from tests.ep_marlin.test_gpu_equivalence import HIGH_LOAD_CASES, NON_EP_CALLS, SHAPES
-
-    rule = contracts.load_contract(CHANGE / contracts.CONTRACT_FILE).fused_block_size_m
-    reached = set()
-    for shape_name, ep, _, tokens in HIGH_LOAD_CASES:
-        shape = SHAPES[shape_name]
-        m, local = max(tokens) * len(tokens), shape.experts // ep
-        calls = [g(shape) for g in NON_EP_CALLS.values()] if ep == 1 else [shape.experts]
-        for glob in calls:
-            kw = {"m": m, "topk": shape.topk, "local_experts": local, "global_experts": glob, "input_itemsize": 2}
-            pr48144 = spec.expected_block_size_m(**kw, patched=True)
-            if rule(**kw, env={}) != pr48144:
-                reached.add((ep == 1, glob))
-    assert reached == {(True, spec.NON_EP), (True, 8), (False, 8)}
-
-
 def test_where_picks_differ_is_per_split_and_path_and_over_all():
     rows = [
         {

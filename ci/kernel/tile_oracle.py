@@ -277,9 +277,6 @@ def _vllm_version(prov: dict) -> str:
     return str(vllm.get("version", "?")) if isinstance(vllm, dict) else str(vllm)
 
 
-PR48144_CHANGE = "marlin-ep-m-estimate"  # the gate's name of vLLM #48144 (ci/changes/)
-
-
 def candidate_label(prov: dict) -> str:
     """The rule the sweep's candidate build ran, from the contract its provenance records: ``#48144`` for the
     gate's #48144 change, else the change's name (a sweep made with ``--change tile-oracle`` times that rule's
@@ -289,7 +286,7 @@ def candidate_label(prov: dict) -> str:
     name = contract.get("name") if isinstance(contract, dict) else None
     if not name:
         return "candidate (no change recorded)"
-    return "#48144" if name == PR48144_CHANGE else f"`{name}`"
+    return "#48144" if name == spec.CHANGE_48144 else f"`{name}`"
 
 
 def render(sweep: Sweep, rule: TileRule, evidence: list[dict], summary: list[dict], rows: list[dict]) -> str:

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import inspect
 import types
-from pathlib import Path
 
 import pytest
 
 from ci.kernel.formats import FORMATS_BY_NAME
 from ci.moe import spec
 from ci.trees import contracts
+from ci.trees.build import CHANGES_DIR
 from tests.ep_marlin import cpu_harness as h
 from tests.shared import COUNT_PROPERTY, NOT_IN_RELEASE_PROPERTY, contract_of
 
@@ -129,8 +129,7 @@ def test_the_gpu_suite_runs_the_rule_where_it_leaves_48144_with_and_without_ep()
     rule's band (non-EP, both calls, and one EP rank), where #48144 picks another tile."""
     from tests.ep_marlin.test_gpu_equivalence import HIGH_LOAD_CASES, NON_EP_CALLS, SHAPES
 
-    tile_oracle = Path(__file__).parents[2] / "ci/changes/tile-oracle" / contracts.CONTRACT_FILE
-    rule = contracts.load_contract(tile_oracle).fused_block_size_m
+    rule = contracts.load_contract(CHANGES_DIR / "tile-oracle" / contracts.CONTRACT_FILE).fused_block_size_m
     reached = set()
     for shape_name, ep, _, tokens in HIGH_LOAD_CASES:
         shape = SHAPES[shape_name]

@@ -61,7 +61,8 @@ class Profile:
 
 PROFILES = {
     # pr: 9 launch pairs of one round each, three pairs started at once (6 servers, 120 GB of an H200 with
-    # their fixed 2 GiB KV caches), no settling. On one H200 (docs/tpot.md) a launch pair's log ratio varied
+    # their fixed 2 GiB KV caches; on a GPU that cannot hold six, as many pairs as fit: fit_pairs_at_once, one
+    # on an 80 GB H100), no settling. On one H200 (docs/tpot.md) a launch pair's log ratio varied
     # by 0.33-0.36% with one or two rounds a build (the launch's error dominates), so pairs, not rounds, buy
     # resolution: resampled from 45 measured A/A pairs, 9 pairs FAIL a true +3.5% in 93.8% of runs (6 pairs:
     # 82%); settling changed nothing measured. A #48144 A/B took 462 s (6 pairs x 2 rounds with settling: 465 s).
@@ -282,6 +283,76 @@ def kv_cache_bytes(model: Path, profile: Profile, dp: int) -> int:
     requests = -(-profile.concurrency // dp)
     need = 1.25 * per_token * requests * profile.max_model_len
     return max(1, -(-int(need) // GIB)) * GIB
+
+
+# What one server holds on its GPU besides its weights and its fixed KV cache: CUDA context, CUDA graphs,
+# activations, the Marlin workspace, and vLLM's own buffers. Set from two measurements of `pr` (DP = 1,
+# qwen3-30b-a3b-like): six servers on one H200 peaked at 120,087 MiB (20,015 MiB = 19.5 GiB a server;
+# nvidia-smi, reports/nvidia-h200-x1/tpot-9-pairs/gpu.csv), and vLLM 0.26.0 on an H100 logged "Model loading took
+# 15.81 GiB" a server; the weights estimated below are 14.5 GiB, the KV cache 2 GiB, so 3 GiB besides.
+SERVER_OVERHEAD_BYTES = 3 * GIB
+# the share of a GPU the servers that start together may hold (memory_fraction asks each for its part of it)
+START_SHARE = 0.9
+
+
+def weight_bytes(model: Path, dp: int) -> int:
+    """The weights one GPU of a server holds, estimated from the shipped config (a Qwen3-MoE layout): the
+    attention and expert projections at ``bits / 8`` bytes a weight and a 2-byte scale a group (GPTQ; 2 bytes a
+    weight unquantized), the routed experts split over the DP = EP ranks; embeddings, LM head and routers in
+    bf16. qwen3-30b-a3b-like: 14.5 GiB at DP = 1 (vLLM 0.26.0 logs 15.8 GiB loaded: SERVER_OVERHEAD_BYTES holds
+    the rest)."""
+    config = json.loads((model / "config.json").read_text())
+    hidden, layers = config["hidden_size"], config["num_hidden_layers"]
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    head_dim = config.get("head_dim") or hidden // heads
+    experts, _ = moe_shape(model)
+    quant = config.get("quantization_config") or {}
+    bits, group = quant.get("bits", 16), quant.get("group_size", 128)
+    per_weight = bits / 8 + (2 / group if bits < 16 else 0)
+    local = -(-experts // dp) if dp > 1 else experts
+    attention = hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
+    routed = 3 * hidden * config["moe_intermediate_size"] * local
+    dense = 2 * config["vocab_size"] * hidden + layers * hidden * experts  # embeddings, LM head, routers
+    return int(layers * (attention + routed) * per_weight + 2 * dense)
+
+
+def server_bytes(model: Path, profile: Profile, dp: int) -> int:
+    """What one server started with a fixed KV cache holds on each of its GPUs: weights, KV cache, the rest."""
+    return weight_bytes(model, dp) + kv_cache_bytes(model, profile, dp) + SERVER_OVERHEAD_BYTES
+
+
+def pairs_that_fit(gpu_bytes: int, server: int) -> int:
+    """Launch pairs whose servers (two a pair) fit on one GPU at once, within START_SHARE of it."""
+    return int(START_SHARE * gpu_bytes // (2 * server))
+
+
+def fit_pairs_at_once(pairs: int, asked: bool, gpu_bytes: int, server: int) -> tuple[int, str]:
+    """The launch pairs a parallel start may start together on GPUs of ``gpu_bytes``, and a line that says why
+    where it is fewer than ``pairs`` (the profile's, or ``--pairs-at-once`` where ``asked``). A
+    :class:`UsageError` where one pair does not fit, or where the pairs asked for do not: six servers of `pr`
+    need about 120 GB, an H200's, and on an 80 GB H100 vLLM refuses the later servers at start-up (free memory
+    below what each asks for)."""
+    fit = pairs_that_fit(gpu_bytes, server)
+    besides = SERVER_OVERHEAD_BYTES // GIB
+    need = f"a server needs about {server / GIB:.1f} GiB a GPU (weights, KV cache, {besides} GiB besides)"
+    have = f"{START_SHARE:.0%} of the GPU's {gpu_bytes / GIB:.1f} GiB"
+    if fit < 1:
+        raise UsageError(
+            f"one launch pair does not fit one GPU at once: {need}, two of them more than {have}; "
+            "pass --start serial (each server sizes its KV cache from what is free)"
+        )
+    if pairs <= fit:
+        return pairs, ""
+    if asked:
+        raise UsageError(
+            f"--pairs-at-once {pairs}: {2 * pairs} servers do not fit at once ({need}, {have}); "
+            f"pass --pairs-at-once {fit}"
+        )
+    return (
+        fit,
+        f"{pairs} launch pairs at once do not fit: {need}, {have} holds {fit} pair(s); {fit} at a time (recorded)",
+    )
 
 
 def kv_cache_flag(tree: Path, nbytes: int | None) -> list[str]:

@@ -165,7 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     trees = load_trees(args.manifest)
     gpus = tpot.serving_gpus(args.dp, args.allow_busy)
     dp = len(gpus)
-    overrides = {"pairs_at_once": pairs}
+    profile = serving_config.PROFILES[args.profile]
+    overrides = {"pairs_at_once": tpot.fitted_pairs(gpus, args.model, profile, start, pairs, args.pairs_at_once)}
     profile = replace(serving_config.PROFILES[args.profile], **overrides)
     looks = tpot.tpot_plan(args.profile, profile, args.sequential == "on", args.max_extra)
     layers = moe_layers(serving_config.model_dir(args.model))

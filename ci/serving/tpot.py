@@ -51,6 +51,7 @@ from ci.serving.config import (
     block_size_table,
     case_id,
     decode_block_sizes,
+    fit_pairs_at_once,
     kv_cache_bytes,
     memory_fraction,
     model_dir,
@@ -59,6 +60,7 @@ from ci.serving.config import (
     resolve_start,
     sequential_group,
     served_name,
+    server_bytes,
     suite_name,
 )
 from ci.serving.launches import STARTS, Runner, run_launches, run_order
@@ -321,6 +323,20 @@ def serving_gpus(dp: int | None, allow_busy: bool) -> list:
     return gpus[:dp]
 
 
+def fitted_pairs(gpus: Sequence, model: str, profile: Profile, start: str, pairs: int, asked: int | None) -> int:
+    """The launch pairs a parallel start starts together on these GPUs (``fit_pairs_at_once``: fewer than the
+    profile's where its servers would not fit, said on one line; an error where ``--pairs-at-once`` asked for
+    more than fit, or one pair does not); a serial start's one pair unchanged."""
+    if start != "parallel":
+        return pairs
+    gpu_bytes = min(g.memory_total_mib for g in gpus) << 20
+    server = server_bytes(model_dir(model), profile, len(gpus))
+    fit, why = fit_pairs_at_once(pairs, asked is not None, gpu_bytes, server)
+    if why:
+        print(f"tpot: {why}", flush=True)
+    return fit
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         allow_abbrev=False, prog="python -m ci.serving.tpot", description=__doc__.split("\n\n")[0]
@@ -422,7 +438,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.save(out)
         print(f"tpot: {len(rounds)} rounds from {args.from_rounds} written to {out}")
         return 0
-    dp = len(serving_gpus(args.dp, args.allow_busy))
+    gpus = serving_gpus(args.dp, args.allow_busy)
+    dp = len(gpus)
+    fit = fitted_pairs(
+        gpus, args.model, PROFILES[args.profile], args.start, overrides["pairs_at_once"], args.pairs_at_once
+    )
+    if fit != overrides["pairs_at_once"]:  # fewer pairs start together: the plan's groups follow
+        overrides["pairs_at_once"] = fit
+        plan = tpot_plan(
+            args.profile, replace(PROFILES[args.profile], **overrides), args.sequential == "on", args.max_extra
+        )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: servers stop
     print(f"tpot: run tag {procs.RUN_ID_ENV}={procs.run_id()} (servers answer as {served_name('<build>')})", flush=True)
     launches = overrides.get("launches", PROFILES[args.profile].launches)

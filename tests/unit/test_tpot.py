@@ -748,3 +748,67 @@ def test_the_two_gpu_ab_of_one_launch_pair_is_no_complete_run_now():
     )
     (row,) = case.info["decode_block_size_m"]
     assert (row["base"], row["candidate"]) == (32, 16)
+
+
+H100_MIB, H200_MIB = 81559, 143771  # NVML's memory.total of the H100 80GB HBM3 and the H200 the gate ran on
+
+
+def test_the_servers_that_start_together_fit_the_gpu():
+    """pr's six servers held 120,087 MiB of one H200 (20,015 MiB a server); on an 80 GB H100 vLLM 0.26.0 refused
+    the later ones at start-up (free memory below what each asks for). The estimate meets both: about 19.5 GiB
+    a server, three pairs at once on the H200, one on the H100; more asked for than fit is refused."""
+    from ci.core.errors import UsageError
+
+    server = sc.server_bytes(QWEN, sc.PROFILES["pr"], 1)
+    assert 0.97 * 20015 * 2**20 < server < 1.03 * 20015 * 2**20
+    assert 14 * sc.GIB < sc.weight_bytes(QWEN, 1) < 15.81 * sc.GIB  # vLLM 0.26.0 logged 15.81 GiB loaded
+    assert sc.weight_bytes(QWEN, 2) < 0.55 * sc.weight_bytes(QWEN, 1)  # the routed experts split over 2 ranks
+    h100, h200 = H100_MIB << 20, H200_MIB << 20
+    assert sc.pairs_that_fit(h200, server) == 3 and sc.pairs_that_fit(h100, server) == 1
+    six = int(6 * server / sc.START_SHARE)  # the GPU whose 90% holds six servers
+    assert sc.pairs_that_fit(six + 2**20, server) == 3 and sc.pairs_that_fit(six - 2**20, server) == 2
+    assert sc.fit_pairs_at_once(3, False, h200, server) == (3, "")
+    assert sc.fit_pairs_at_once(1, True, h100, server) == (1, "")
+    fit, why = sc.fit_pairs_at_once(3, False, h100, server)
+    assert fit == 1 and why.startswith("3 launch pairs at once do not fit: a server needs about 19.5 GiB a GPU")
+    assert "90% of the GPU's 79.6 GiB holds 1 pair(s); 1 at a time (recorded)" in why
+    with pytest.raises(UsageError, match=r"--pairs-at-once 2: 4 servers do not fit at once .*; pass --pairs-at-once 1"):
+        sc.fit_pairs_at_once(2, True, h100, server)
+    with pytest.raises(UsageError, match=r"one launch pair does not fit one GPU at once: .*; pass --start serial"):
+        sc.fit_pairs_at_once(1, False, 40 * sc.GIB, server)
+
+
+def test_a_run_starts_together_only_the_pairs_that_fit_its_gpu(standin_trees, tmp_path, monkeypatch, capsys):
+    """`nox -s tpot` on one H100: pr's three pairs at once become one, said and passed on (the results record the
+    profile as run); on an H200 the profile's three; --pairs-at-once above the fit is refused before any server;
+    a serial start is left alone."""
+    from ci.core.errors import UsageError
+    from ci.host import gpu
+
+    board = {"mib": H100_MIB}
+    monkeypatch.setattr(
+        gpu,
+        "query",
+        lambda: ("580", [gpu.GpuInfo(index=0, name="H", uuid="u", memory_total_mib=board["mib"], memory_used_mib=0)]),
+    )
+    monkeypatch.setattr(tpot, "load_trees", lambda path: standin_trees)
+    runs = []
+
+    class Saved:
+        def save(self, path):
+            runs[-1]["saved"] = path
+
+    monkeypatch.setattr(tpot, "run_tpot", lambda *a, **k: runs.append(k) or Saved())
+    argv = ["--manifest", "m.json", "--out", str(tmp_path / "o")]
+    assert tpot.main(argv) == 0
+    assert runs[-1]["overrides"]["pairs_at_once"] == 1 and runs[-1]["start"] == "parallel"
+    assert runs[-1]["plan"].group == 3  # the extra looks add a third of the pairs, one at a time
+    assert "tpot: 3 launch pairs at once do not fit: a server needs about 19.5 GiB" in capsys.readouterr().out
+    board["mib"] = H200_MIB
+    assert tpot.main(argv) == 0 and runs[-1]["overrides"]["pairs_at_once"] == 3
+    assert "do not fit" not in capsys.readouterr().out
+    board["mib"] = H100_MIB
+    with pytest.raises(UsageError, match="--pairs-at-once 3: 6 servers do not fit at once"):
+        tpot.main([*argv, "--pairs-at-once", "3"])
+    assert len(runs) == 2
+    assert tpot.main([*argv, "--start", "serial"]) == 0 and runs[-1]["overrides"]["pairs_at_once"] == 1

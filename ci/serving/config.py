@@ -302,6 +302,13 @@ def weight_bytes(model: Path, dp: int) -> int:
     bf16. qwen3-30b-a3b-like: 14.5 GiB at DP = 1 (vLLM 0.26.0 logs 15.8 GiB loaded: SERVER_OVERHEAD_BYTES holds
     the rest)."""
     config = json.loads((model / "config.json").read_text())
+    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "moe_intermediate_size", "vocab_size")
+    missing = [k for k in keys if not isinstance(config.get(k), int)]
+    if missing:
+        raise UsageError(
+            f"{model / 'config.json'}: no {', '.join(missing)}: the memory a server needs is estimated from them "
+            "(a Qwen3-MoE layout); add them, or pass --start serial"
+        )
     hidden, layers = config["hidden_size"], config["num_hidden_layers"]
     heads = config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads") or heads

@@ -753,7 +753,7 @@ def test_the_two_gpu_ab_of_one_launch_pair_is_no_complete_run_now():
 H100_MIB, H200_MIB = 81559, 143771  # NVML's memory.total of the H100 80GB HBM3 and the H200 the gate ran on
 
 
-def test_the_servers_that_start_together_fit_the_gpu():
+def test_the_servers_that_start_together_fit_the_gpu(tmp_path):
     """pr's six servers held 120,087 MiB of one H200 (20,015 MiB a server); on an 80 GB H100 vLLM 0.26.0 refused
     the later ones at start-up (free memory below what each asks for). The estimate meets both: about 19.5 GiB
     a server, three pairs at once on the H200, one on the H100; more asked for than fit is refused."""
@@ -776,6 +776,11 @@ def test_the_servers_that_start_together_fit_the_gpu():
         sc.fit_pairs_at_once(2, True, h100, server)
     with pytest.raises(UsageError, match=r"one launch pair does not fit one GPU at once: .*; pass --start serial"):
         sc.fit_pairs_at_once(1, False, 40 * sc.GIB, server)
+    (tmp_path / "config.json").write_text(json.dumps({"num_experts": 8, "num_experts_per_tok": 2, "hidden_size": 64}))
+    with pytest.raises(
+        UsageError, match=r"config.json: no num_hidden_layers, num_attention_heads, moe_intermediate_size"
+    ):
+        sc.weight_bytes(tmp_path, 1)
 
 
 def test_a_run_starts_together_only_the_pairs_that_fit_its_gpu(standin_trees, tmp_path, monkeypatch, capsys):

@@ -270,6 +270,13 @@ def server_env(tree: Path) -> dict[str, str]:
 GIB = 1 << 30
 
 
+def attention_shape(config: dict) -> tuple[int, int, int]:
+    """(attention heads, KV heads, head dim) of a model config (KV heads default to the heads, the head dim to
+    hidden / heads)."""
+    heads = config["num_attention_heads"]
+    return heads, config.get("num_key_value_heads") or heads, config.get("head_dim") or config["hidden_size"] // heads
+
+
 def kv_cache_bytes(model: Path, profile: Profile, dp: int) -> int:
     """A fixed KV cache for one server (``--kv-cache-memory-bytes``): what the profile's load can hold at
     once on one rank (its share of the concurrent requests, each up to ``max_model_len`` tokens, bf16 K and V
@@ -277,8 +284,7 @@ def kv_cache_bytes(model: Path, profile: Profile, dp: int) -> int:
     memory, so two servers may start at once (``--start parallel``): its memory profiling reads the whole
     device, and a server starting beside another would count the other's memory as its own."""
     config = json.loads((model / "config.json").read_text())
-    heads = config.get("num_key_value_heads") or config["num_attention_heads"]
-    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    _, heads, head_dim = attention_shape(config)
     per_token = 2 * config["num_hidden_layers"] * heads * head_dim * 2
     requests = -(-profile.concurrency // dp)
     need = 1.25 * per_token * requests * profile.max_model_len
@@ -310,9 +316,7 @@ def weight_bytes(model: Path, dp: int) -> int:
             "(a Qwen3-MoE layout); add them, or pass --start serial"
         )
     hidden, layers = config["hidden_size"], config["num_hidden_layers"]
-    heads = config["num_attention_heads"]
-    kv_heads = config.get("num_key_value_heads") or heads
-    head_dim = config.get("head_dim") or hidden // heads
+    heads, kv_heads, head_dim = attention_shape(config)
     experts, _ = moe_shape(model)
     quant = config.get("quantization_config") or {}
     bits, group = quant.get("bits", 16), quant.get("group_size", 128)
@@ -398,7 +402,7 @@ def memory_fraction(profile: Profile, parallel: bool) -> float:
     for at most its share of 90% of the device."""
     if not parallel:
         return profile.gpu_memory_fraction
-    return min(profile.gpu_memory_fraction, round(0.9 / (2 * max(1, profile.pairs_at_once)), 3))
+    return min(profile.gpu_memory_fraction, round(START_SHARE / (2 * max(1, profile.pairs_at_once)), 3))
 
 
 def served_name(build: str) -> str:

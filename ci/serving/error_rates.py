@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dp = len(gpus)
     profile = serving_config.PROFILES[args.profile]
     overrides = {"pairs_at_once": tpot.fitted_pairs(gpus, args.model, profile, start, pairs, args.pairs_at_once)}
-    profile = replace(serving_config.PROFILES[args.profile], **overrides)
+    profile = replace(profile, **overrides)
     looks = tpot.tpot_plan(args.profile, profile, args.sequential == "on", args.max_extra)
     layers = moe_layers(serving_config.model_dir(args.model))
     payload = {

@@ -5,7 +5,8 @@ CUDA-graph captures of 10 calls (``ci.timing.graphs.graph_of_calls``) in a seede
 rounds within each capture in alternating order, more captures while a case is INCONCLUSIVE
 (``ci.timing.captures.time_sequentially``), one timer
 (``ci.timing.graphs.replay_us``); the verdict's interval is over captures (``ci.core``). Before timing, the
-builds' outputs must agree (bit for bit without EP). The config each build launches with is recorded, and a
+builds' outputs must agree (bit for bit without EP, or within the base's own spread where it does not repeat its
+bits: ``ci.timing.agreement``). The config each build launches with is recorded, and a
 **regret table** times a small sweep (``suites.sweep_configs``: the M and N tiles and the warps) beside the
 two chosen configs: how much slower each choice is than the best config found.
 
@@ -31,6 +32,7 @@ from ci.core.cli import run_main
 from ci.core.errors import UsageError, WrongResultsError
 from ci.core.results import BenchResults, CaseResult
 from ci.host import gpu, outputs
+from ci.timing import agreement
 from ci.timing.captures import add_bench_arguments, plan_for, time_sequentially
 from ci.timing.graphs import CALLS_PER_GRAPH, ROTATING_INPUTS, graph_of_calls, replay_us
 from ci.trees import provenance
@@ -168,13 +170,20 @@ def check_outputs_agree(runner: Runner, sides: dict) -> dict:
     a, b = runner.call(sides["base"], r), runner.call(sides["candidate"], r)
     if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
         raise WrongResultsError(f"{runner.case.id}: NaN/Inf in the output; refusing to time wrong results")
-    diff = float((a.double() - b.double()).norm() / a.double().norm().clamp_min(1e-30))
+    diff = agreement.rel_l2(a, b)
     identical = bool(torch.equal(a, b))
+    found = {"ok": True, "identical": identical, "rel_l2": diff}
     if runner.case.global_num_experts == NON_EP and not identical:
-        raise WrongResultsError(f"{runner.case.id}: global_num_experts == -1 but candidate output != base output")
+        spread = agreement.own_spread(lambda: runner.call(sides["base"], r), a)
+        if not agreement.within_spread(diff, spread):
+            raise WrongResultsError(
+                f"{runner.case.id}: global_num_experts == -1 but the candidate's output differs from the base's "
+                f"({agreement.describe(diff, spread)}): wrong numbers"
+            )
+        found["base_spread"] = spread
     if diff > EP_EQUAL_BOUND:
         raise WrongResultsError(f"{runner.case.id}: candidate differs from base (rel L2 {diff:.2e}); refusing to time")
-    return {"ok": True, "identical": identical, "rel_l2": diff}
+    return found
 
 
 def run_case(

@@ -1,13 +1,13 @@
 """How a bench tells a candidate's other numbers from the base's own nondeterminism, before it times anything.
 
-Where the builds must give the same numbers (the non-EP path, same tile), the bench asks for the same bits.
-Some kernels do not give the same bits twice: measured on one H100 (vLLM 0.26.0, 2026-12-06), Marlin's
-``fused_marlin_moe`` of the base build on Mixtral-8x7B's shape, 1,024 tokens, GPTQ int4, differs from its own
-first output by up to rel L2 5.5e-5 from call to call on the same inputs (at 256 tokens it repeats its bits), so
-a bit-for-bit check failed even an A/A run there. So where the outputs differ, the base is called
-``REPEAT_CALLS`` more times on the same inputs: if it repeats its bits every time, the difference is the
-candidate's (wrong numbers); if not, the candidate is held to ``SPREAD_FACTOR`` times the largest distance the
-base showed from its own first output. Nothing here knows what is called.
+Where the builds must give the same numbers (the same code path and tile), a bench asks for the same bits.
+Some kernels do not give the same bits twice: on one H100 (2026-12-06, docs/tile-oracle.md) the base build of
+one large case differed from its own first output by up to rel L2 5.5e-5 from call to call on the same inputs
+(a smaller load of the same shape repeats its bits), so a bit-for-bit check failed even an A/A run there. So
+where the outputs differ, the base is called ``REPEAT_CALLS`` more times on the same inputs: if it repeats its
+bits every time, the difference is the candidate's (wrong numbers); if not, the candidate is held to
+``SPREAD_FACTOR`` times the largest distance the base showed from its own first output. Nothing here knows
+what is called.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 REPEAT_CALLS = 4  # more base calls on the same inputs, where the builds' outputs differ
-SPREAD_FACTOR = 4.0  # the H100 case: the candidate at 4.7e-5 and 5.2e-5 from the base, the base 5.5e-5 from itself
+SPREAD_FACTOR = 4.0  # that H100 case: the candidate 4.7e-5 and 5.2e-5 from the base, the base 5.5e-5 from itself
 
 
 def rel_l2(a, b) -> float:

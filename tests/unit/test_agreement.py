@@ -40,7 +40,11 @@ def test_the_message_says_which_bound_was_crossed():
 
 
 def test_rel_l2_is_relative_and_in_float64():
+    """Also run by the bench tests with torch; the mutation environment has none (tests/mutation-survivors.txt)."""
     torch = pytest.importorskip("torch")
-    a = torch.ones(2, 3, dtype=torch.bfloat16)
+    a = torch.full((2, 3), 2.0**-10, dtype=torch.bfloat16)  # exact in bf16; a norm under 1, so the floor matters
     assert agreement.rel_l2(a, a * 2) == pytest.approx(1.0)
+    assert agreement.rel_l2(a, a * 1.5) == pytest.approx(0.5)
+    assert agreement.rel_l2(a, a) == 0.0
     assert agreement.rel_l2(torch.zeros(2), torch.zeros(2)) == 0.0
+    assert agreement.rel_l2(torch.zeros(2), torch.tensor([3.0, 4.0])) == pytest.approx(5e30)  # a zero base: huge
